@@ -1,0 +1,154 @@
+"""MultiAgentRolloutBuffer: stores multi-agent transitions per agent and batches them.
+
+The interface follows the design note `seeds/rollout_buffer.md`: the buffer is built with
+the number of agents; `current_episode` keeps, for every key, a list per agent with one
+entry per step, so a trajectory can be traced back to one agent; `end_episode` computes the
+per-agent and average episode length and reward and appends the episode to `episodes`;
+`extras` holds controller state (for example `prev_hidden_states`, `prev_cell_states`).
+
+With E env copies stepped together, one entry is a step of all copies: the element at
+`current_episode["rewards"][n][t]` is a tensor of shape (E,), `["states"][n][t]` is
+(E, obs_dim). A "rollout" of T steps may cross episode boundaries; `dones` and `truncated`
+say where episodes end. `dones` marks termination only (no bootstrap); `truncated` marks
+time limits (bootstrap from `next_state_values`). The buffer does no RL maths.
+
+`batch()` turns the stored steps into whole `(T, E, N, ...)` tensors on the training
+device, for on-policy updates; `sample_episodes()` pads stored episodes for replay.
+"""
+from collections import deque
+from typing import Dict, List, Optional
+
+import torch
+
+CORE_KEYS = ("states", "state_values", "actions", "log_probs", "rewards", "next_states",
+             "next_state_values", "dones", "truncated")
+
+
+class MultiAgentRolloutBuffer:
+    """Per-agent transition storage with batching to (T, E, N, ...) tensors.
+
+    Args:
+        n_agents: N, the number of agents (agent order is the env's).
+        capacity: how many completed episodes `episodes` keeps (oldest dropped); None keeps all.
+    """
+
+    def __init__(self, n_agents: int, capacity: Optional[int] = None):
+        self.capacity = capacity
+        self.reset(n_agents)
+
+    def reset(self, n_agents: int) -> None:
+        """Forget everything and start over with `n_agents` agents."""
+        self.n_agents = n_agents
+        self.episodes: deque = deque(maxlen=self.capacity)
+        self.reset_current_episode()
+
+    def reset_current_episode(self) -> None:
+        N = self.n_agents
+        self.current_episode: Dict = {key: [[] for _ in range(N)] for key in CORE_KEYS}
+        self.current_episode.update(episode_length=[], episode_reward=[], average_episode_length=0.0,
+                                    average_episode_reward=0.0, extras={})
+
+    def __len__(self) -> int:
+        """Steps stored in the current episode."""
+        return len(self.current_episode["rewards"][0])
+
+    def add_transition(self, states, actions, rewards, next_states, dones, log_probs=None,
+                       state_values=None, next_state_values=None, truncated=None, **extras) -> None:
+        """Store one step. Every argument has the agent axis second: (E, N, ...).
+
+        `extras` are controller or environment extras with the same layout, e.g.
+        prev_hidden_states=(E, N, H), alive=(E, N), action_masks=(E, N, A), global_states=(E, N, S).
+        """
+        given = dict(states=states, actions=actions, rewards=rewards, next_states=next_states,
+                     dones=dones, log_probs=log_probs, state_values=state_values,
+                     next_state_values=next_state_values, truncated=truncated)
+        ep = self.current_episode
+        steps_before = len(self)
+        for key, value in given.items():
+            if value is None:
+                continue
+            self._append(ep[key], value, key)
+        for key, value in extras.items():
+            if key not in ep["extras"]:
+                if steps_before > 0:
+                    raise ValueError(f"extra {key!r} appeared in the middle of an episode")
+                ep["extras"][key] = [[] for _ in range(self.n_agents)]
+            self._append(ep["extras"][key], value, key)
+
+    def _append(self, per_agent: List[list], value: torch.Tensor, key: str) -> None:
+        if value.shape[1] != self.n_agents:
+            raise ValueError(f"{key} has shape {tuple(value.shape)}; expected (E, N={self.n_agents}, ...)")
+        for n in range(self.n_agents):
+            per_agent[n].append(value[:, n])  # a view: no copy
+
+    def end_episode(self) -> Dict:
+        """Close the current episode: compute its statistics and append it to `episodes`.
+
+        Per agent: the length (steps the agent was alive, if an `alive` extra is stored, else
+        steps stored) and the reward summed over steps, both averaged over env copies.
+        """
+        ep = self.current_episode
+        rewards = self._stack(ep["rewards"])  # (T, E, N)
+        if "alive" in ep["extras"]:
+            lengths = self._stack(ep["extras"]["alive"]).float().sum(0).mean(0)  # (N,)
+        else:
+            lengths = torch.full((self.n_agents,), float(rewards.shape[0]))
+        ep["episode_length"] = lengths.tolist()
+        ep["episode_reward"] = rewards.float().sum(0).mean(0).tolist()
+        ep["average_episode_length"] = float(lengths.mean())
+        ep["average_episode_reward"] = float(sum(ep["episode_reward"]) / self.n_agents)
+        self.episodes.append(ep)
+        return ep
+
+    @staticmethod
+    def _stack(per_agent: List[list]) -> torch.Tensor:
+        """[[x_t for t] for n] -> (T, E, N, ...)."""
+        return torch.stack([torch.stack(steps) for steps in per_agent], dim=2)
+
+    def batch(self, device: Optional[torch.device] = None, keys=None) -> Dict[str, torch.Tensor]:
+        """The current episode as (T, E, N, ...) tensors on `device`; extras included by name."""
+        ep = self.current_episode
+        out = {}
+        for key in (keys or CORE_KEYS):
+            source = ep[key] if key in CORE_KEYS else ep["extras"].get(key)
+            if source is None or not source[0]:
+                continue
+            out[key] = self._stack(source).to(device, non_blocking=True)
+        if keys is None:
+            for key, source in ep["extras"].items():
+                out[key] = self._stack(source).to(device, non_blocking=True)
+        return out
+
+    def sample_episodes(self, batch_size: int, generator: Optional[torch.Generator] = None,
+                        device: Optional[torch.device] = None, keys=None) -> Dict[str, torch.Tensor]:
+        """Draw `batch_size` stored (episode, env copy) sequences, padded to the longest.
+
+        Returns (B, T_max, N, ...) tensors plus `filled` (B, T_max), 1 where a step is real.
+        Each stored episode contributes its E env copies as separate sequences.
+        """
+        if not self.episodes:
+            raise ValueError("no completed episodes stored; call end_episode() first")
+        sequences = []  # (episode index, env copy)
+        for i, ep in enumerate(self.episodes):
+            E = ep["rewards"][0][0].shape[0]
+            sequences.extend((i, e) for e in range(E))
+        picks = torch.randint(len(sequences), (batch_size,), generator=generator).tolist()
+        chosen = [sequences[p] for p in picks]
+        T_max = max(len(self.episodes[i]["rewards"][0]) for i, _ in chosen)
+        out: Dict[str, List[torch.Tensor]] = {}
+        filled = torch.zeros(batch_size, T_max)
+        for b, (i, e) in enumerate(chosen):
+            ep = self.episodes[i]
+            T = len(ep["rewards"][0])
+            filled[b, :T] = 1.0
+            sources = {k: ep[k] for k in CORE_KEYS if ep[k][0]}
+            sources.update(ep["extras"])
+            for key, source in sources.items():
+                if keys is not None and key not in keys:
+                    continue
+                seq = self._stack(source)[:, e]  # (T, N, ...)
+                pad = seq.new_zeros((T_max - T,) + seq.shape[1:])
+                out.setdefault(key, []).append(torch.cat([seq, pad]))
+        batch = {k: torch.stack(v).to(device) for k, v in out.items()}
+        batch["filled"] = filled.to(device)
+        return batch

@@ -1,0 +1,1 @@
+"""Non-algorithmic plumbing shared by every algorithm file (CLI, run files, evaluation)."""

@@ -1,0 +1,76 @@
+"""Command line for every algorithm: its `Args` dataclass parsed by tyro, with YAML presets.
+
+Precedence: dataclass defaults < `--config preset.yaml` < flags on the command line.
+Unknown flags and unknown preset keys are errors that list what is accepted.
+"""
+import dataclasses
+import difflib
+import sys
+from typing import List, Optional, Sequence, Type, TypeVar
+
+import tyro
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A preset or an option combination that cannot be used; the message says what is accepted."""
+
+
+def field_names(cls) -> List[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def load_preset(cls: Type[T], path: str) -> dict:
+    """Read a YAML preset (safe_load: a downloaded file cannot run code) and check its keys."""
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path!r} must be a mapping of Args fields to values, got {type(data).__name__}")
+    names = field_names(cls)
+    preset = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise ConfigError(f"unknown config key {key!r} in {path}{hint}; accepted keys: {', '.join(names)}")
+        if isinstance(value, list):
+            value = tuple(value)
+        preset[name] = value
+    return preset
+
+
+def _config_path(argv: Sequence[str]) -> Optional[str]:
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def parse_args(cls: Type[T], argv: Optional[Sequence[str]] = None, description: Optional[str] = None) -> T:
+    """Parse the command line into `cls`, applying a `--config` preset underneath the flags."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    default = cls()
+    path = _config_path(argv)
+    if path is not None:
+        try:
+            default = dataclasses.replace(default, **load_preset(cls, path))
+        except (ConfigError, OSError) as err:
+            sys.exit(f"error: {err}")
+    return tyro.cli(cls, args=argv, default=default, description=description)
+
+
+def make_args(cls: Type[T], **overrides) -> T:
+    """Build Args in code (tests, run.py), rejecting unknown names like the command line does."""
+    names = field_names(cls)
+    unknown = [k for k in overrides if k not in names]
+    if unknown:
+        raise ConfigError(f"unknown argument(s) {unknown}; accepted: {', '.join(names)}")
+    preset = {}
+    if overrides.get("config"):
+        preset = load_preset(cls, overrides["config"])
+    return dataclasses.replace(cls(), **{**preset, **overrides})

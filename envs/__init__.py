@@ -1,0 +1,109 @@
+"""Environment registry: short names -> batched adapters with one shape for every family.
+
+    from envs import make_env
+    env = make_env("simple_spread", num_envs=16, seed=1, env_kwargs={"N": 5})
+
+Names: every mpe2 scenario by its bare name (`simple_spread`), its versioned name
+(`simple_spread_v3`) or with the family prefix (`mpe2:simple_spread`).
+"""
+import importlib
+import inspect
+from typing import Any, Dict, Optional, Sequence
+
+from envs.pettingzoo_vec import PettingZooVecEnv, VecStep
+
+# bare name -> mpe2 module. Every scenario mpe2 1.1 ships.
+MPE2_SCENARIOS = {
+    "simple": "simple_v3",
+    "simple_adversary": "simple_adversary_v3",
+    "simple_crypto": "simple_crypto_v3",
+    "simple_push": "simple_push_v3",
+    "simple_reference": "simple_reference_v3",
+    "simple_speaker_listener": "simple_speaker_listener_v4",
+    "simple_spread": "simple_spread_v3",
+    "simple_tag": "simple_tag_v3",
+    "simple_world_comm": "simple_world_comm_v3",
+    "simple_formation": "simple_formation_v1",
+    "simple_line": "simple_line_v1",
+    "collect_treasure": "collect_treasure_v1",
+}
+
+
+def known_envs() -> list:
+    return sorted(MPE2_SCENARIOS)
+
+
+def _resolve(name: str) -> str:
+    """Map any accepted spelling to the bare mpe2 name, or fail with the list of known names."""
+    bare = name.split(":", 1)[1] if name.startswith("mpe2:") or name.startswith("mpe:") else name
+    for short, module in MPE2_SCENARIOS.items():
+        if bare in (short, module):
+            return short
+    raise ValueError(f"unknown env {name!r}; known envs: {', '.join(known_envs())} "
+                     "(also accepted with a version suffix, e.g. simple_spread_v3, or a 'mpe2:' prefix)")
+
+
+def env_maker(name: str):
+    """The PettingZoo `parallel_env` constructor behind a registry name."""
+    return importlib.import_module(f"mpe2.{MPE2_SCENARIOS[_resolve(name)]}").parallel_env
+
+
+def env_arguments(name: str) -> Dict[str, Any]:
+    """The scenario arguments an env accepts, with their defaults."""
+    sig = inspect.signature(env_maker(name))
+    params = sig.parameters
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        # mpe2's parallel_env(**kwargs) forwards to raw_env; read the real signature there.
+        module = importlib.import_module(f"mpe2.{MPE2_SCENARIOS[_resolve(name)]}")
+        params = inspect.signature(module.raw_env.__init__).parameters
+    return {k: p.default for k, p in params.items()
+            if k not in ("self", "render_mode") and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+
+
+def parse_env_kwargs(pairs: Sequence[str]) -> Dict[str, Any]:
+    """['N=5', 'continuous_actions=true'] -> {'N': 5, 'continuous_actions': True}."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValueError(f"env argument {pair!r} is not KEY=VALUE (e.g. N=5 max_cycles=50 continuous_actions=true)")
+        key, raw = pair.split("=", 1)
+        low = raw.lower()
+        if low in ("true", "false"):
+            value: Any = low == "true"
+        elif low in ("none", "null"):
+            value = None
+        else:
+            try:
+                value = int(raw)
+            except ValueError:
+                try:
+                    value = float(raw)
+                except ValueError:
+                    value = raw
+        out[key.strip()] = value
+    return out
+
+
+def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[str, Any]] = None,
+             render_mode: Optional[str] = None) -> PettingZooVecEnv:
+    """Build E copies of the named env behind the batched adapter.
+
+    env_kwargs are the scenario's own arguments (for mpe2: N, max_cycles, continuous_actions,
+    local_ratio, ...); an unknown one fails with the list the scenario accepts.
+    """
+    env_kwargs = dict(env_kwargs or {})
+    accepted = env_arguments(name)
+    unknown = sorted(set(env_kwargs) - set(accepted))
+    if unknown:
+        raise ValueError(f"env {name!r} does not take argument(s) {unknown}; accepted: "
+                         + ", ".join(f"{k} (default {v!r})" for k, v in accepted.items()))
+    maker = env_maker(name)
+    if render_mode is not None:
+        env_kwargs["render_mode"] = render_mode
+    # mpe2's state() is the concatenation of every agent's observation (simple_env.py);
+    # building it from the observations already in hand avoids computing them twice.
+    return PettingZooVecEnv(lambda: maker(**env_kwargs), num_envs, seed, state_from_obs=True)
+
+
+__all__ = ["make_env", "env_maker", "env_arguments", "parse_env_kwargs", "known_envs",
+           "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS"]

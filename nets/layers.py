@@ -1,0 +1,69 @@
+"""Linear layers and MLPs that run all agents in one batched operation.
+
+Every module here takes inputs with the agent axis just before the feature axis:
+(..., N, in_dim). With shared parameters the agent axis is just one more batch axis; with
+separate parameters (`n_agents` given) each agent has its own weight matrix and all agents
+run in one batched matmul, never a Python loop over agents.
+"""
+import math
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+
+class AgentLinear(nn.Module):
+    """One linear map per agent: y[..., n, :] = x[..., n, :] @ W[n] + b[n].
+
+    Input (..., N, in_dim) -> output (..., N, out_dim).
+    """
+
+    def __init__(self, n_agents: int, in_dim: int, out_dim: int, gain: float = math.sqrt(2)):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_agents, in_dim, out_dim))
+        self.bias = nn.Parameter(torch.zeros(n_agents, 1, out_dim))
+        for n in range(n_agents):  # orthogonal init of each agent's matrix, as nn.Linear below
+            nn.init.orthogonal_(self.weight.data[n].T, gain)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-2]
+        N, D = x.shape[-2:]
+        flat = x.reshape(-1, N, D).transpose(0, 1)  # (N, B, in)
+        y = torch.baddbmm(self.bias, flat, self.weight)  # (N, B, out)
+        return y.transpose(0, 1).reshape(*lead, N, -1)  # (..., N, out)
+
+
+def make_linear(in_dim: int, out_dim: int, n_agents: Optional[int] = None, gain: float = math.sqrt(2)) -> nn.Module:
+    """A shared nn.Linear when n_agents is None, else one AgentLinear with a matrix per agent."""
+    if n_agents is not None:
+        return AgentLinear(n_agents, in_dim, out_dim, gain)
+    layer = nn.Linear(in_dim, out_dim)
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class MLP(nn.Module):
+    """Stack of linear layers with an activation between them (and after the last hidden one).
+
+    Input (..., N, in_dim) -> output (..., N, out_dim), or (..., N, hidden_sizes[-1]) when
+    out_dim is None. `n_agents` given means separate parameters per agent.
+    """
+
+    def __init__(self, in_dim: int, hidden_sizes: Sequence[int], out_dim: Optional[int] = None,
+                 n_agents: Optional[int] = None, activation: str = "tanh", out_gain: float = 1.0):
+        super().__init__()
+        act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
+        layers = []
+        last = in_dim
+        for h in hidden_sizes:
+            layers += [make_linear(last, h, n_agents), act()]
+            last = h
+        if out_dim is not None:
+            layers.append(make_linear(last, out_dim, n_agents, gain=out_gain))
+            last = out_dim
+        self.net = nn.Sequential(*layers)
+        self.out_dim = last
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)

@@ -1,0 +1,184 @@
+"""Actors, critics and the action distributions they produce.
+
+All take inputs shaped (L, B, N, in_dim): a time axis (L = 1 while acting, a sequence chunk
+while training a recurrent model), batch axes, then the agent axis.
+"""
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+from nets.layers import MLP, make_linear
+from nets.recurrent import RecurrentCore, State
+
+
+class AgentNet(nn.Module):
+    """Per-agent network: [agent-id one-hot] -> MLP -> [GRU/LSTM] -> linear head.
+
+    share_params=True: one set of weights for all agents; an agent-id one-hot is appended to
+    the input so that identical observations can still lead to agent-specific outputs (the
+    parameter-sharing pitfall: without it, agents in symmetric positions cannot specialise).
+    share_params=False: separate weights per agent, run as one batched matmul.
+
+    forward(x (L, B, N, in_dim), state, starts (L, B, N)) -> (out (L, B, N, out_dim), state)
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, n_agents: int, share_params: bool = True,
+                 hidden_sizes: Sequence[int] = (64, 64), recurrent: str = "none", out_gain: float = 1.0,
+                 activation: str = "tanh"):
+        super().__init__()
+        self.n_agents, self.share_params, self.recurrent = n_agents, share_params, recurrent
+        sep = None if share_params else n_agents
+        body_in = in_dim + (n_agents if share_params else 0)
+        self.body = MLP(body_in, hidden_sizes, None, sep, activation)
+        last = self.body.out_dim
+        self.core = RecurrentCore(last, last, recurrent, sep) if recurrent != "none" else None
+        self.head = make_linear(last, out_dim, sep, gain=out_gain)
+        self.register_buffer("agent_ids", torch.eye(n_agents), persistent=False)
+
+    def initial_state(self, batch: int, device=None) -> Optional[State]:
+        return self.core.initial_state(batch, self.n_agents, device) if self.core is not None else None
+
+    def forward(self, x: torch.Tensor, state: Optional[State] = None, starts: Optional[torch.Tensor] = None):
+        if self.share_params:
+            ids = self.agent_ids.expand(*x.shape[:-2], -1, -1)  # (L, B, N, N)
+            x = torch.cat([x, ids], dim=-1)
+        h = self.body(x)  # (L, B, N, hidden)
+        if self.core is not None:
+            h, state = self.core(h, state, starts)
+        return self.head(h), state  # (L, B, N, out_dim)
+
+
+class MaskedCategorical(Categorical):
+    """Categorical over discrete actions where masked-out actions get zero probability."""
+
+    def __init__(self, logits: torch.Tensor, mask: Optional[torch.Tensor] = None):
+        if mask is not None:
+            logits = logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
+        super().__init__(logits=logits)
+
+    def mode(self) -> torch.Tensor:
+        return self.logits.argmax(-1)
+
+    def entropy(self) -> torch.Tensor:
+        # p*log p with p = 0 is 0; the masked logits would otherwise give 0 * -inf.
+        p_log_p = self.probs * self.logits
+        return -torch.where(self.probs > 0, p_log_p, torch.zeros_like(p_log_p)).sum(-1)
+
+
+class MaskedGaussian:
+    """Diagonal Gaussian over continuous actions; padded action dimensions are ignored."""
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor, dim_mask: torch.Tensor):
+        self.normal = Normal(mean, log_std.exp().expand_as(mean))
+        self.dim_mask = dim_mask.float()  # (N, act_dim), 1 where the agent has that dimension
+
+    def sample(self) -> torch.Tensor:
+        return self.normal.sample()
+
+    def mode(self) -> torch.Tensor:
+        return self.normal.mean
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        return (self.normal.log_prob(action) * self.dim_mask).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return (self.normal.entropy() * self.dim_mask).sum(-1)
+
+
+class Actor(nn.Module):
+    """Policy: obs (L, B, N, obs_dim) -> action distribution over (L, B, N[, act_dim]).
+
+    Discrete: logits with the action mask applied. Continuous: a Gaussian whose mean comes
+    from the network and whose log-std is a learned per-agent parameter (state-independent).
+    """
+
+    def __init__(self, obs_dim: int, n_agents: int, discrete: bool, action_size: int,
+                 action_dim_mask: torch.Tensor, share_params: bool = True, hidden_sizes=(64, 64),
+                 recurrent: str = "none", activation: str = "tanh", init_log_std: float = -0.5):
+        super().__init__()
+        self.discrete = discrete
+        self.net = AgentNet(obs_dim, action_size, n_agents, share_params, hidden_sizes, recurrent,
+                            out_gain=0.01, activation=activation)
+        self.register_buffer("action_dim_mask", torch.as_tensor(action_dim_mask, dtype=torch.bool))
+        if not discrete:
+            self.log_std = nn.Parameter(torch.full((n_agents, action_size), init_log_std))
+
+    def initial_state(self, batch: int, device=None):
+        return self.net.initial_state(batch, device)
+
+    def forward(self, obs, state=None, starts=None, action_mask=None):
+        out, state = self.net(obs, state, starts)  # (L, B, N, action_size)
+        if self.discrete:
+            mask = self.action_dim_mask if action_mask is None else action_mask
+            return MaskedCategorical(out, mask), state
+        return MaskedGaussian(out, self.log_std, self.action_dim_mask), state
+
+
+class Critic(nn.Module):
+    """State-value network: input (L, B, N, in_dim) -> value (L, B, N), one value per agent.
+
+    A centralised critic is this module fed the global state (or all observations) for every
+    agent; a decentralised one is fed each agent's own observation.
+    """
+
+    def __init__(self, in_dim: int, n_agents: int, share_params: bool = True, hidden_sizes=(64, 64),
+                 recurrent: str = "none", activation: str = "tanh"):
+        super().__init__()
+        self.net = AgentNet(in_dim, 1, n_agents, share_params, hidden_sizes, recurrent, out_gain=1.0,
+                            activation=activation)
+
+    def initial_state(self, batch: int, device=None):
+        return self.net.initial_state(batch, device)
+
+    def forward(self, x, state=None, starts=None):
+        value, state = self.net(x, state, starts)
+        return value.squeeze(-1), state  # (L, B, N)
+
+
+class ValueNorm(nn.Module):
+    """Running mean and variance of value targets (MAPPO's ValueNorm, Yu et al. 2022).
+
+    The critic predicts normalised values; targets are normalised with the running
+    statistics, and predictions are denormalised before they enter GAE. The statistics are
+    debiased exponential moving averages (beta close to 1), kept as buffers so that they are
+    saved in checkpoints with the networks.
+    """
+
+    def __init__(self, beta: float = 0.99999, epsilon: float = 1e-5):
+        super().__init__()
+        self.beta, self.epsilon = beta, epsilon
+        self.register_buffer("running_mean", torch.zeros(()))
+        self.register_buffer("running_mean_sq", torch.zeros(()))
+        self.register_buffer("debiasing_term", torch.zeros(()))
+
+    def stats(self):
+        debias = self.debiasing_term.clamp(min=self.epsilon)
+        mean = self.running_mean / debias
+        var = (self.running_mean_sq / debias - mean**2).clamp(min=1e-2)
+        return mean, var
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        self.running_mean.mul_(self.beta).add_(x.mean() * (1 - self.beta))
+        self.running_mean_sq.mul_(self.beta).add_((x**2).mean() * (1 - self.beta))
+        self.debiasing_term.mul_(self.beta).add_(1 - self.beta)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = self.stats()
+        return (x - mean) / var.sqrt()
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = self.stats()
+        return x * var.sqrt() + mean
+
+
+def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var[target - pred] / Var[target]; 1 is perfect, 0 no better than a constant."""
+    var = target.var()
+    return float("nan") if var == 0 else float(1 - (target - pred).var() / var)
+
+
+__all__ = ["AgentNet", "Actor", "Critic", "ValueNorm", "MaskedCategorical", "MaskedGaussian",
+           "explained_variance"]
