@@ -17,7 +17,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, parse_args
-from common.run_utils import (Progress, args_dict, evaluate, load_checkpoint, pick_device, rng_state, run_name,
+from common.run_utils import (Progress, args_dict, evaluate, load_checkpoint, pick_device, new_run_dir, rng_state,
                               save_checkpoint, save_gif, seed_everything, set_rng_state, write_json_atomic)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, ValueNorm, explained_variance
@@ -118,6 +118,10 @@ class Args:
 
 def validate(args: Args) -> None:
     """Reject option combinations that cannot work, saying what is accepted."""
+    for name in ("num_envs", "num_steps", "chunk_len", "update_epochs", "eval_episodes", "eval_num_envs",
+                 "total_timesteps"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.recurrent != "none" and args.num_steps % args.chunk_len:
         raise ConfigError(f"--chunk-len {args.chunk_len} must divide --num-steps {args.num_steps}")
     sequences = args.num_envs * (args.num_steps // args.chunk_len if args.recurrent != "none" else args.num_steps)
@@ -126,9 +130,6 @@ def validate(args: Args) -> None:
                           f"{'sequence chunks' if args.recurrent != 'none' else 'env steps'} per rollout)")
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
-    for name in ("num_envs", "num_steps", "update_epochs", "eval_episodes", "eval_num_envs", "total_timesteps"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
 
 
 # ============================================================================ 2. NETWORKS
@@ -196,6 +197,8 @@ def evaluate_checkpoint(args: Args) -> dict:
     """Load a run's actor, run greedy episodes, print the returns (and save a GIF if asked)."""
     device = pick_device(args.cuda)
     ckpt = load_checkpoint(args.evaluate_checkpoint, device)
+    if ckpt["algo"] != "mappo":
+        raise ConfigError(f"{args.evaluate_checkpoint} holds a {ckpt['algo']} run; evaluate it with algos/{ckpt['algo']}.py")
     saved = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in ckpt["args"].items()})
     env = make_env(saved.env, 1 if args.render_gif else args.eval_num_envs, args.seed + 10_000,
                    parse_env_kwargs(saved.env_kwargs), render_mode="rgb_array" if args.render_gif else None)
@@ -242,7 +245,7 @@ def main(args: Args) -> dict:
         set_rng_state(ckpt["rng"])
         run_path = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
     else:
-        run_path = os.path.join(args.run_dir, run_name("mappo", args.env, args.seed, args.exp_name))
+        run_path = new_run_dir(args.run_dir, "mappo", args.env, args.seed, args.exp_name)
     writer = SummaryWriter(run_path)
     write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
     progress = Progress(args.total_timesteps)

@@ -108,6 +108,11 @@ class MultiAgentRolloutBuffer:
     def batch(self, device: Optional[torch.device] = None, keys=None) -> Dict[str, torch.Tensor]:
         """The current episode as (T, E, N, ...) tensors on `device`; extras included by name."""
         ep = self.current_episode
+        T = len(self)
+        for key, source in list(ep["extras"].items()) + [(k, ep[k]) for k in CORE_KEYS]:
+            if source[0] and len(source[0]) != T:
+                raise ValueError(f"{key!r} holds {len(source[0])} steps but rewards hold {T}: "
+                                 "every step must give the same keys")
         out = {}
         for key in (keys or CORE_KEYS):
             source = ep[key] if key in CORE_KEYS else ep["extras"].get(key)

@@ -53,8 +53,21 @@ def _as_tuples(x):
 
 
 # ----------------------------------------------------------------------------- files
-def run_name(algo: str, env: str, seed: int, exp_name: Optional[str] = None) -> str:
-    return f"{exp_name or algo}__{env}__{seed}__{int(time.time())}"
+def new_run_dir(run_dir: str, algo: str, env: str, seed: int, exp_name: Optional[str] = None) -> str:
+    """Create and return a fresh folder run_dir/<exp_name or algo>__<env>__<seed>__<unix time>.
+
+    The folder is created exclusively: two runs started in the same second get `_2`, `_3`...
+    instead of writing over each other's files.
+    """
+    base = os.path.join(run_dir, f"{exp_name or algo}__{env}__{seed}__{int(time.time())}")
+    path, k = base, 1
+    while True:
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:
+            k += 1
+            path = f"{base}_{k}"
 
 
 def write_json_atomic(path: str, data: Dict[str, Any]) -> None:

@@ -1,0 +1,175 @@
+"""Network parts: ValueNorm, batched per-agent layers, parameter sharing, masked action
+distributions and recurrent cores with episode resets."""
+import math
+
+import pytest
+import torch
+from torch.distributions import Normal
+
+from nets import MLP, AgentLinear, AgentNet, MaskedCategorical, MaskedGaussian, RecurrentCore, ValueNorm
+
+
+# ----------------------------------------------------------------------------- ValueNorm
+def test_value_norm_round_trip():
+    vn = ValueNorm()
+    vn.update(torch.randn(100) * 4 + 2)
+    x = torch.randn(3, 4, 5) * 10
+    torch.testing.assert_close(vn.denormalize(vn.normalize(x)), x, rtol=1e-5, atol=1e-4)
+    assert not torch.allclose(vn.normalize(x), x)  # it does transform
+
+
+def test_value_norm_tracks_mean_and_std():
+    g = torch.Generator().manual_seed(0)
+    vn = ValueNorm()
+    for _ in range(200):
+        vn.update(torch.randn(1000, generator=g) * 3 + 5)
+    mean, var = vn.stats()
+    assert mean.item() == pytest.approx(5.0, abs=0.05)
+    assert var.sqrt().item() == pytest.approx(3.0, abs=0.05)
+    data = torch.randn(20000, generator=g) * 3 + 5
+    z = vn.normalize(data)
+    assert z.mean().item() == pytest.approx(0.0, abs=0.05)
+    assert z.std().item() == pytest.approx(1.0, abs=0.05)
+
+
+def test_value_norm_statistics_are_saved_with_the_model():
+    vn = ValueNorm()
+    vn.update(torch.full((10,), 7.0))
+    restored = ValueNorm()
+    restored.load_state_dict(vn.state_dict())
+    assert restored.stats()[0].item() == pytest.approx(7.0)
+
+
+# ----------------------------------------------------------------------------- per-agent layers
+def test_agent_linear_equals_per_agent_loop():
+    torch.manual_seed(0)
+    layer = AgentLinear(3, 4, 5)
+    with torch.no_grad():
+        layer.bias.normal_()  # the init is zero; a wrong bias index would go unnoticed
+    x = torch.randn(2, 7, 3, 4)  # (..., N, in)
+    y = layer(x)
+    assert y.shape == (2, 7, 3, 5)
+    for n in range(3):
+        expected = x[..., n, :] @ layer.weight[n] + layer.bias[n, 0]
+        torch.testing.assert_close(y[..., n, :], expected)
+
+
+def test_separate_agents_differ_for_the_same_input():
+    torch.manual_seed(0)
+    net = AgentNet(4, 3, n_agents=3, share_params=False, hidden_sizes=(16,))
+    x = torch.randn(1, 2, 1, 4).expand(1, 2, 3, 4)  # every agent sees the same input
+    out, _ = net(x)
+    assert out.shape == (1, 2, 3, 3)
+    assert not torch.allclose(out[..., 0, :], out[..., 1, :])
+    assert not torch.allclose(out[..., 1, :], out[..., 2, :])
+
+
+def test_shared_params_with_agent_id_differ_per_agent():
+    torch.manual_seed(0)
+    net = AgentNet(4, 3, n_agents=3, share_params=True, hidden_sizes=(16,))
+    x = torch.randn(1, 2, 1, 4).expand(1, 2, 3, 4)
+    out, _ = net(x)
+    assert not torch.allclose(out[..., 0, :], out[..., 1, :])
+    assert not torch.allclose(out[..., 1, :], out[..., 2, :])
+    # Control: a shared MLP without the one-hot cannot tell the agents apart.
+    plain = MLP(4, (16,), 3)
+    same = plain(x)
+    torch.testing.assert_close(same[..., 0, :], same[..., 1, :])
+
+
+# ----------------------------------------------------------------------------- distributions
+def test_masked_categorical_never_samples_masked_actions():
+    torch.manual_seed(0)
+    logits = torch.randn(500, 3, 5) * 3
+    mask = torch.rand(500, 3, 5) < 0.5
+    mask[..., 2] = True  # at least one valid action everywhere
+    dist = MaskedCategorical(logits, mask)
+    for _ in range(5):
+        assert mask.gather(-1, dist.sample().unsqueeze(-1)).all()
+    assert mask.gather(-1, dist.mode().unsqueeze(-1)).all()
+    ent = dist.entropy()
+    assert ent.shape == (500, 3) and torch.isfinite(ent).all() and (ent >= -1e-6).all()
+    # entropy equals that of a Categorical over the valid actions only
+    row_logits, row_mask = logits[0, 0], mask[0, 0]
+    ref = torch.distributions.Categorical(logits=row_logits[row_mask]).entropy()
+    torch.testing.assert_close(ent[0, 0], ref)
+
+
+def test_masked_categorical_single_valid_action():
+    mask = torch.tensor([[False, False, True, False]])
+    dist = MaskedCategorical(torch.randn(1, 4), mask)
+    assert dist.entropy().item() == pytest.approx(0.0, abs=1e-6)
+    assert dist.log_prob(torch.tensor([2])).item() == pytest.approx(0.0, abs=1e-6)
+    assert dist.sample().item() == 2
+
+
+def test_masked_categorical_gradient_is_finite():
+    logits = torch.randn(4, 5, requires_grad=True)
+    mask = torch.tensor([[True, True, True, False, False]]).expand(4, 5)
+    dist = MaskedCategorical(logits, mask)
+    (dist.entropy().sum() + dist.log_prob(torch.zeros(4, dtype=torch.long)).sum()).backward()
+    assert torch.isfinite(logits.grad).all()
+
+
+def test_masked_gaussian_ignores_padded_dims():
+    torch.manual_seed(0)
+    dim_mask = torch.tensor([[True, True, True], [True, False, False]])  # agent 1 has one real dimension
+    mean = torch.randn(4, 2, 3)
+    log_std = torch.randn(2, 3) * 0.3
+    dist = MaskedGaussian(mean, log_std, dim_mask)
+    action = torch.randn(4, 2, 3)
+    lp = dist.log_prob(action)
+    assert lp.shape == (4, 2)
+    std = log_std.exp()
+    torch.testing.assert_close(lp[:, 0], Normal(mean[:, 0], std[0]).log_prob(action[:, 0]).sum(-1))
+    torch.testing.assert_close(lp[:, 1], Normal(mean[:, 1, 0], std[1, 0]).log_prob(action[:, 1, 0]))
+    moved = action.clone()
+    moved[:, 1, 1:] += 100.0  # only padded dimensions change
+    torch.testing.assert_close(dist.log_prob(moved), lp)
+    ent = dist.entropy()
+    expected_ent1 = 0.5 * math.log(2 * math.pi * math.e) + log_std[1, 0]
+    torch.testing.assert_close(ent[:, 1], expected_ent1.expand(4))
+
+
+# ----------------------------------------------------------------------------- recurrent cores
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("n_agents", [None, 3], ids=["shared", "separate"])
+def test_recurrent_start_resets_state(kind, n_agents):
+    torch.manual_seed(0)
+    core = RecurrentCore(4, 8, kind, n_agents)
+    B, N = 2, 3
+    x = torch.randn(1, B, N, 4)
+    junk = tuple(torch.randn(B, N, 8) for _ in range(core.n_states))
+    zero = core.initial_state(B, N)
+    out_reset, state_reset = core(x, junk, torch.ones(1, B, N))
+    out_zero, state_zero = core(x, zero, torch.zeros(1, B, N))
+    torch.testing.assert_close(out_reset, out_zero)
+    for a, b in zip(state_reset, state_zero):
+        torch.testing.assert_close(a, b)
+    out_kept, _ = core(x, junk, torch.zeros(1, B, N))
+    assert not torch.allclose(out_kept, out_zero)  # without a start the old state matters
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("n_agents", [None, 3], ids=["shared", "separate"])
+def test_recurrent_sequence_equals_stepping(kind, n_agents):
+    torch.manual_seed(1)
+    core = RecurrentCore(4, 8, kind, n_agents)
+    L, B, N = 6, 2, 3
+    x = torch.randn(L, B, N, 4)
+    starts = torch.zeros(L, B, N)
+    starts[0] = 1.0
+    starts[3, 1] = 1.0  # env copy 1 starts a new episode mid-sequence
+    init = tuple(torch.randn(B, N, 8) for _ in range(core.n_states))
+    out_seq, final_seq = core(x, init, starts)
+    assert out_seq.shape == (L, B, N, 8)
+    state, outs = init, []
+    for t in range(L):
+        out, state = core(x[t:t + 1], state, starts[t:t + 1])
+        outs.append(out[0])
+    torch.testing.assert_close(out_seq, torch.stack(outs))
+    for a, b in zip(final_seq, state):
+        torch.testing.assert_close(a, b)
+    # after the mid-sequence start, copy 1 behaves as if its episode began there
+    fresh, _ = core(x[3:, 1:2], core.initial_state(1, N), torch.zeros(L - 3, 1, N))
+    torch.testing.assert_close(out_seq[3:, 1:2], fresh)
