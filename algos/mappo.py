@@ -69,7 +69,7 @@ class Args:
     # --- algorithm
     num_steps: int = 25
     """T, steps per env copy in each rollout (one iteration = T * E env steps)"""
-    learning_rate: float = 7e-4
+    learning_rate: float = 2e-3
     """Adam learning rate of actor and critic"""
     anneal_lr: bool = True
     """decay the learning rate linearly to 0 over total_timesteps"""
