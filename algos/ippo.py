@@ -178,10 +178,11 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def checkpoint_payload(args, actor, critic, value_norm, optimizer, global_step, iteration):
+def checkpoint_payload(args, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration):
+    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts."""
     return {"algo": "ippo", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "value_norm": value_norm.state_dict(), "optimizer": optimizer.state_dict(), "global_step": global_step,
-            "iteration": iteration, "rng": rng_state()}
+            "iteration": iteration, "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state()}
 
 
 def evaluate_checkpoint(args: Args) -> dict:
@@ -189,7 +190,8 @@ def evaluate_checkpoint(args: Args) -> dict:
     device = pick_device(args.cuda)
     ckpt = load_checkpoint(args.evaluate_checkpoint, device)
     if ckpt["algo"] != "ippo":
-        raise ConfigError(f"{args.evaluate_checkpoint} holds a {ckpt['algo']} run; evaluate it with algos/{ckpt['algo']}.py")
+        raise ConfigError(f"{args.evaluate_checkpoint} holds a {ckpt['algo']} run; "
+                          f"evaluate it with algos/{ckpt['algo']}.py")
     saved = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in ckpt["args"].items()})
     env = make_env(saved.env, 1 if args.render_gif else args.eval_num_envs, args.seed + 10_000,
                    parse_env_kwargs(saved.env_kwargs), render_mode="rgb_array" if args.render_gif else None)
@@ -222,6 +224,8 @@ def main(args: Args) -> dict:
     value_norm = ValueNorm().to(device)
     optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=args.learning_rate, eps=1e-5)
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
+    shuffle_gen = torch.Generator().manual_seed(args.seed)
     global_step, start_iteration = 0, 1
     if args.resume:
         ckpt = load_checkpoint(args.resume, device)
@@ -234,14 +238,13 @@ def main(args: Args) -> dict:
         optimizer.load_state_dict(ckpt["optimizer"])
         global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
         set_rng_state(ckpt["rng"])
+        shuffle_gen.set_state(ckpt["shuffle_rng"])
         run_path = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
     else:
         run_path = new_run_dir(args.run_dir, "ippo", args.env, args.seed, args.exp_name)
     writer = SummaryWriter(run_path)
     write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
     progress = Progress(args.total_timesteps)
-    # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
-    shuffle_gen = torch.Generator().manual_seed(args.seed + start_iteration)
     L = args.chunk_len if args.recurrent != "none" else 1
 
     obs_np, state_np, mask_np = envs.reset()
@@ -281,7 +284,8 @@ def main(args: Args) -> dict:
             result = envs.step(action[0].cpu().numpy())
             next_obs = torch.as_tensor(result.obs, device=device)
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true s_{t+1}, before auto-reset
-            final_inputs = critic_inputs(final_obs, torch.as_tensor(result.final_state, device=device))
+            final_state = torch.as_tensor(result.final_state, device=device)
+            final_inputs = critic_inputs(final_obs, final_state)
             with torch.no_grad():  # V(s_{t+1}) for bootstrapping, from the final obs where an episode ended
                 next_value, _ = critic(final_inputs[None], critic_state, torch.zeros_like(starts)[None])  # (1, E, N)
             buffer.add_transition(
@@ -316,7 +320,8 @@ def main(args: Args) -> dict:
         # Lay the rollout out as (L, S, N, ...): S sequences of L steps (L = 1 without recurrence).
         data = {k: to_chunks(v, L) for k, v in b.items() if not k.startswith("prev_")}
         data.update(advantages=to_chunks(advantages, L), targets=to_chunks(targets, L))
-        init_states = {k: v[::L].reshape(-1, N, v.shape[-1]) for k, v in b.items() if k.startswith("prev_")}  # (S, N, H)
+        # Recurrent states stored at each chunk's first step restart the sequences: (S, N, H).
+        init_states = {k: v[::L].reshape(-1, N, v.shape[-1]) for k, v in b.items() if k.startswith("prev_")}
         S = data["rewards"].shape[1]
 
         # ==================================================================== 7. UPDATE
@@ -343,12 +348,13 @@ def main(args: Args) -> dict:
 
                 # Clipped surrogate objective (Schulman et al. 2017, eq. 7)
                 adv = d["advantages"]
-                pg_loss = masked_mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)),
-                                      alive_mb)
+                clipped_ratio = ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = masked_mean(torch.max(-adv * ratio, -adv * clipped_ratio), alive_mb)
                 # Value loss, clipped around the rollout's prediction (in normalised units)
                 v_loss_unclipped = (new_value - d["targets"]) ** 2
                 if args.clip_vloss:
-                    v_clipped = d["state_values"] + (new_value - d["state_values"]).clamp(-args.clip_coef, args.clip_coef)
+                    old_value = d["state_values"]
+                    v_clipped = old_value + (new_value - old_value).clamp(-args.clip_coef, args.clip_coef)
                     v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - d["targets"]) ** 2), alive_mb)
                 else:
                     v_loss = 0.5 * masked_mean(v_loss_unclipped, alive_mb)
@@ -389,8 +395,8 @@ def main(args: Args) -> dict:
                                                 "value_loss": stats["value_loss"], "entropy": stats["entropy"]})
         train_returns, train_lengths = [], []
         if next_ckpt is not None and global_step >= next_ckpt:
-            save_checkpoint(os.path.join(run_path, "checkpoint.pt"),
-                            checkpoint_payload(args, actor, critic, value_norm, optimizer, global_step, iteration))
+            save_checkpoint(os.path.join(run_path, "checkpoint.pt"), checkpoint_payload(
+                args, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration))
             next_ckpt += args.checkpoint_every
 
     # Final greedy evaluation (unless one just ran) and the run's files.
@@ -401,7 +407,8 @@ def main(args: Args) -> dict:
         eval_history.append((global_step, float(eval_returns.mean())))
         writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
     save_checkpoint(os.path.join(run_path, "checkpoint.pt"),
-                    checkpoint_payload(args, actor, critic, value_norm, optimizer, global_step, args.num_iterations))
+                    checkpoint_payload(args, actor, critic, value_norm, optimizer, shuffle_gen, global_step,
+                                       args.num_iterations))
     summary = {"algo": "ippo", "env": args.env, "seed": args.seed, "global_step": global_step,
                "wall_time_s": time.time() - start_time, "sps": (global_step - start_step) / max(
                    time.time() - start_time - eval_time, 1e-9),

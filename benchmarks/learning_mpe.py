@@ -30,6 +30,26 @@ def mean_curve(summaries):
     return np.array(steps), np.array([[c[s] for s in steps] for c in curves])  # (P,), (seeds, P)
 
 
+def read_run(run_path: str) -> dict:
+    """A run's summary.json, or, for a run still going (or cut short), what its TensorBoard
+    log holds so far: algo, env, seed and the evaluation history."""
+    summary_path = os.path.join(run_path, "summary.json")
+    if os.path.exists(summary_path):
+        with open(summary_path) as f:
+            return json.load(f)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with open(os.path.join(run_path, "args.json")) as f:
+        args = json.load(f)
+    events = EventAccumulator(run_path)
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    history = [(int(e.step), float(e.value)) for e in events.Scalars("eval/episodic_return")] \
+        if "eval/episodic_return" in tags else []
+    algo = os.path.basename(run_path).split("__")[0] if args.get("exp_name") is None else args["exp_name"]
+    return {"algo": algo, "env": args["env"], "seed": args["seed"], "eval_history": history, "unfinished": True}
+
+
 def report(summaries_by_algo, out_path=None):
     rows = []
     print(f"\n{'algo':<7} {'seeds':>5} {'budget':>11} {'best mean eval <= budget':>25} {'final mean eval':>16} "
@@ -58,6 +78,35 @@ def report(summaries_by_algo, out_path=None):
     return rows
 
 
+def plot(summaries_by_algo, path: str) -> None:
+    """Greedy evaluation return against env steps: one line per algorithm (mean over seeds),
+    thin lines per seed, the bars and the random / scripted levels as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (algo, summaries), color in zip(summaries_by_algo.items(), ("tab:blue", "tab:orange", "tab:green")):
+        steps, returns = mean_curve(summaries)
+        for seed_curve in returns:
+            ax.plot(steps / 1e6, seed_curve, color=color, alpha=0.25, lw=0.8)
+        ax.plot(steps / 1e6, returns.mean(0), color=color, lw=2, label=f"{algo} ({len(summaries)} seeds)")
+        for (bar_algo, budget), bar in BARS.items():
+            if bar_algo == algo and budget <= steps.max() * 1.001:
+                ax.axhline(bar, color=color, ls="--", lw=1, label=f"{algo} bar {bar:g} at {budget / 1e6:g}M")
+    ax.axhline(RANDOM, color="gray", ls=":", lw=1, label=f"random {RANDOM:g}")
+    ax.axhline(SCRIPTED, color="black", ls=":", lw=1, label=f"scripted {SCRIPTED:g}")
+    ax.set_xlabel("env steps (millions)")
+    ax.set_ylabel("greedy evaluation return (R_pz3, 100 episodes)")
+    ax.set_title("mpe2 simple_spread")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", nargs="+", default=["mappo", "ippo"])
@@ -67,19 +116,23 @@ def main() -> None:
     parser.add_argument("--run-dir", default="runs/bench")
     parser.add_argument("--from-runs", default=None, help="read summary.json files under this folder instead of training")
     parser.add_argument("--json", default=None, help="write the table and curves to this JSON file")
+    parser.add_argument("--plot", default=None, help="write the learning curves to this PNG file")
     opts = parser.parse_args()
     if opts.from_runs:
-        summaries = [json.load(open(p)) for p in glob.glob(os.path.join(opts.from_runs, "**", "summary.json"),
-                                                             recursive=True)]
+        summaries = [read_run(os.path.dirname(p)) for p in
+                     glob.glob(os.path.join(opts.from_runs, "**", "args.json"), recursive=True)]
     else:
         summaries = launcher.main(["--algo", *opts.algo, "--env", "simple_spread", "--seeds", str(opts.seeds),
                                    "--workers", str(opts.workers), "--run-dir", opts.run_dir, "--",
                                    "--total-timesteps", str(opts.total_timesteps)])
     by_algo = {}
+    summaries = [s for s in summaries if s["eval_history"]]
     for s in summaries:
         if s["env"] in ("simple_spread", "simple_spread_v3") and s["algo"] in opts.algo:
             by_algo.setdefault(s["algo"], []).append(s)
     report(by_algo, opts.json)
+    if opts.plot:
+        plot(by_algo, opts.plot)
 
 
 if __name__ == "__main__":
