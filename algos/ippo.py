@@ -254,7 +254,7 @@ def main(args: Args) -> dict:
     starts = torch.ones(E, N, device=device)  # 1 where an episode starts: recurrent states reset there
     actor_state = actor.initial_state(E, device)  # tuple of (E, N, H), or None
     critic_state = critic.initial_state(E, device)
-    eval_history, eval_returns, train_returns, train_lengths = [], np.array([np.nan]), [], []
+    eval_history, eval_returns, train_returns, train_lengths, agent_returns = [], np.array([np.nan]), [], [], []
     next_eval = (global_step // args.eval_every + 1) * args.eval_every if args.eval_every else None
     next_ckpt = (global_step // args.checkpoint_every + 1) * args.checkpoint_every if args.checkpoint_every else None
     start_time, eval_time, start_step = time.time(), 0.0, global_step
@@ -298,6 +298,7 @@ def main(args: Args) -> dict:
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             starts = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)
             train_returns.extend(result.episode_return[result.done].sum(-1).tolist())
+            agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
             train_lengths.extend(result.episode_length[result.done].tolist())
         rollout_s = time.time() - t_rollout
 
@@ -384,6 +385,8 @@ def main(args: Args) -> dict:
         if train_returns:
             writer.add_scalar("charts/episodic_return", np.mean(train_returns), global_step)
             writer.add_scalar("charts/episodic_length", np.mean(train_lengths), global_step)
+            for i, agent_return in enumerate(np.mean(agent_returns, axis=0)):
+                writer.add_scalar(f"charts/agent_{i}/episodic_return", agent_return, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         for key, value in stats.items():
@@ -393,7 +396,7 @@ def main(args: Args) -> dict:
         progress.maybe_print(global_step, sps, {"train_return": np.mean(train_returns) if train_returns else None,
                                                 "eval_return": eval_history[-1][1] if eval_history else None,
                                                 "value_loss": stats["value_loss"], "entropy": stats["entropy"]})
-        train_returns, train_lengths = [], []
+        train_returns, train_lengths, agent_returns = [], [], []
         if next_ckpt is not None and global_step >= next_ckpt:
             save_checkpoint(os.path.join(run_path, "checkpoint.pt"), checkpoint_payload(
                 args, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration))

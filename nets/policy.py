@@ -56,7 +56,7 @@ class MaskedCategorical(Categorical):
     def __init__(self, logits: torch.Tensor, mask: Optional[torch.Tensor] = None):
         if mask is not None:
             logits = logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
-        super().__init__(logits=logits)
+        super().__init__(logits=logits, validate_args=False)  # validation costs more than the net here
 
     def mode(self) -> torch.Tensor:
         return self.logits.argmax(-1)
@@ -71,7 +71,7 @@ class MaskedGaussian:
     """Diagonal Gaussian over continuous actions; padded action dimensions are ignored."""
 
     def __init__(self, mean: torch.Tensor, log_std: torch.Tensor, dim_mask: torch.Tensor):
-        self.normal = Normal(mean, log_std.exp().expand_as(mean))
+        self.normal = Normal(mean, log_std.exp().expand_as(mean), validate_args=False)
         self.dim_mask = dim_mask.float()  # (N, act_dim), 1 where the agent has that dimension
 
     def sample(self) -> torch.Tensor:
