@@ -10,6 +10,11 @@ Every environment family ends up in the same layout (STYLE.md, "What goes where"
     alive        (E, N)            bool, the agent was present and acted in this step
     action_mask  (E, N, n_actions) bool, discrete actions only; padded actions are False
 
+Continuous actions are given in the normalised box [-1, 1]^act_dim and mapped affinely onto
+each agent's own bounds (-1 -> low, +1 -> high; values outside are clipped), so a policy
+whose Gaussian starts at mean 0 starts in the middle of every action space, whatever the
+env's units (mpe2's continuous actions live in [0, 1]).
+
 Agents whose observation or action sizes differ are padded to the largest size; the true
 sizes stay in `obs_dims` / `action_dims`. A copy whose episode ended resets at once; its
 last observation is returned in `final_obs` so a truncated episode can be bootstrapped.
@@ -180,8 +185,7 @@ class PettingZooVecEnv:
         if self.discrete:
             actions = np.asarray(actions).astype(np.int64, copy=False)
         else:
-            # Send only each agent's real action dimensions; the env clips to its own bounds.
-            actions = np.clip(actions, self.action_low, self.action_high).astype(np.float32)
+            actions = self.to_env_units(actions)
         for i, env in enumerate(self.envs):
             live = env.agents
             if self.discrete:
@@ -216,13 +220,18 @@ class PettingZooVecEnv:
         return VecStep(self._obs.copy(), self._state.copy(), reward, terminated, truncated, alive,
                        self.action_mask(), final_obs, final_state, done, episode_return, episode_length)
 
+    def to_env_units(self, actions: np.ndarray) -> np.ndarray:
+        """Normalised continuous actions (E, N, act_dim) in [-1, 1] -> each agent's [low, high]."""
+        unit = (np.clip(actions, -1.0, 1.0) + 1.0) * 0.5
+        return (self.action_low + unit * (self.action_high - self.action_low)).astype(np.float32)
+
     def sample_actions(self, rng: np.random.Generator) -> np.ndarray:
-        """Uniform random valid actions, (E, N) or (E, N, act_dim); used for baselines and tests."""
+        """Uniform random valid actions: (E, N) indices, or (E, N, act_dim) in the normalised box
+        [-1, 1] for continuous actions (uniform there is uniform within the env's bounds)."""
         if self.discrete:
             logits = rng.random((self.num_envs, self.n_agents, self.n_actions))
             return np.argmax(np.where(self.action_mask(), logits, -1.0), axis=-1)
-        u = rng.random((self.num_envs, self.n_agents, self.action_dim)).astype(np.float32)
-        return self.action_low + u * (self.action_high - self.action_low)
+        return rng.uniform(-1.0, 1.0, (self.num_envs, self.n_agents, self.action_dim)).astype(np.float32)
 
     def render(self) -> np.ndarray:
         """An RGB frame of copy 0 (the env must be built with render_mode='rgb_array')."""

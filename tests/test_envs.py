@@ -189,8 +189,26 @@ def test_continuous_actions():
     rng = np.random.default_rng(0)
     actions = env.sample_actions(rng)
     assert actions.shape == (2, 3, 5)
-    assert np.all(actions >= env.action_low) and np.all(actions <= env.action_high)
+    assert np.all(actions >= -1.0) and np.all(actions <= 1.0)  # the normalised box
+    # -1 -> low, 0 -> middle, +1 -> high, beyond the box -> clipped to the bounds
+    normalised = np.array([-1.0, 0.0, 1.0, 3.0, -3.0], np.float32)
+    assert np.allclose(env.to_env_units(normalised), [0.0, 0.5, 1.0, 1.0, 0.0])
     step = env.step(actions)
     assert step.action_mask is None and step.obs.shape == (2, 3, 18) and step.alive.all()
     step = env.step(actions * 10 - 5)  # out of bounds: clipped, not an error
     assert np.isfinite(step.obs).all() and np.isfinite(step.reward).all()
+
+
+def test_continuous_actions_reach_the_env_in_its_own_units():
+    """A normalised action a has the effect the raw env gives to low + (a + 1) / 2 * (high - low)."""
+    from mpe2 import simple_spread_v3
+
+    env = make_env("simple_spread", 1, seed=3, env_kwargs={"continuous_actions": True})
+    env.reset()
+    raw = simple_spread_v3.parallel_env(continuous_actions=True)
+    raw.reset(seed=3)
+    normalised = np.random.default_rng(0).uniform(-1, 1, (1, 3, 5)).astype(np.float32)
+    in_units = env.to_env_units(normalised)
+    step = env.step(normalised)
+    raw_obs, *_ = raw.step({a: in_units[0, n] for n, a in enumerate(raw.agents)})
+    assert np.allclose(step.obs[0], np.stack([raw_obs[a] for a in raw.possible_agents]), atol=1e-6)
