@@ -2,8 +2,9 @@
 
     python run.py --algo mappo ippo --env simple_spread --seeds 3 --workers 2 -- --total-timesteps 2000000
 
-Each run calls `algos.<algo>.main(args)` in its own process; everything after `--` is passed
-to every run as algorithm flags. A results table (final greedy evaluation return, mean over
+Each run calls `algos.<algo>.main(args)`, in a pool of `--workers` processes (in this process
+when there is one worker or one run); everything after `--` is passed to every run as
+algorithm flags, except --env, --seed and --run-dir, which the launcher sets per run. A results table (final greedy evaluation return, mean over
 seeds) is printed at the end and written to <run-dir>/results.json.
 """
 import argparse
@@ -40,6 +41,9 @@ def main(argv: Optional[Sequence[str]] = None) -> List[dict]:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs at a time (processes)")
     parser.add_argument("--run-dir", default="runs", help="runs go to RUN_DIR/<env>/<algo>/")
     opts = parser.parse_args(own)
+    for flag in ("--env", "--seed", "--run-dir"):
+        if any(a == flag or a.startswith(flag + "=") for a in extra):
+            parser.error(f"{flag} is set by the launcher per run; give it before '--' (--env, --seeds, --run-dir)")
     jobs = [(algo, env, seed, os.path.join(opts.run_dir, env, algo), extra)
             for env in opts.env for algo in opts.algo for seed in range(1, opts.seeds + 1)]
     if opts.workers > 1 and len(jobs) > 1:

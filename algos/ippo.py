@@ -34,11 +34,11 @@ class Args:
     torch_deterministic: bool = True
     """ask cuDNN for deterministic kernels"""
     cuda: bool = True
-    """run the update on the GPU when one is present (envs step on the CPU)"""
+    """run the networks (acting, update, evaluation) on the GPU when one is present; envs step on the CPU"""
     torch_threads: int = 1
     """CPU threads for torch; the networks are small, and 1 thread leaves a core for the env"""
     run_dir: str = "runs"
-    """folder under which runs/<run_name>/ holds TensorBoard logs, checkpoint.pt and summary.json"""
+    """each run writes <run_dir>/<run_name>/: TensorBoard logs, args.json, checkpoint.pt, summary.json"""
     total_timesteps: int = 10_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
     eval_every: int = 100_000
@@ -48,9 +48,10 @@ class Args:
     eval_num_envs: int = 10
     """env copies used only for evaluation (seeded seed + 10_000 + i)"""
     checkpoint_every: int = 500_000
-    """save runs/<run_name>/checkpoint.pt every this many env steps (0: only at the end)"""
+    """save <run_dir>/<run_name>/checkpoint.pt every this many env steps (0: only at the end)"""
     resume: Optional[str] = None
-    """continue an interrupted run from its folder (or a checkpoint.pt) instead of starting anew"""
+    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
+    with it override them (e.g. a larger --total-timesteps)"""
     evaluate_checkpoint: Optional[str] = None
     """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
     render_gif: Optional[str] = None
@@ -72,7 +73,7 @@ class Args:
     learning_rate: float = 2e-3
     """Adam learning rate of actor and critic"""
     anneal_lr: bool = True
-    """decay the learning rate linearly to 0 over total_timesteps"""
+    """decay the learning rate linearly over total_timesteps (the last iteration uses lr / num_iterations)"""
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.95
@@ -369,8 +370,7 @@ def main(args: Args) -> dict:
                 optimizer.step()
         stats = dict(policy_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_loss.item(),
                      approx_kl=approx_kl.item(), clipfrac=float(np.mean(clipfracs)), grad_norm=grad_norm.item(),
-                     explained_variance=explained_variance(b["state_values"][b["alive"].bool()],
-                                                           targets[b["alive"].bool()]))
+                     explained_variance=explained_variance(values[alive.bool()], returns[alive.bool()]))
         update_s = time.time() - t_update
 
         # ==================================================================== 8. LOGGING

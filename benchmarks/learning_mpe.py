@@ -103,6 +103,7 @@ def plot(summaries_by_algo, path: str) -> None:
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
 
@@ -114,7 +115,8 @@ def main() -> None:
     parser.add_argument("--total-timesteps", type=int, default=2_000_000, help="env steps per run")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--run-dir", default="runs/bench")
-    parser.add_argument("--from-runs", default=None, help="read summary.json files under this folder instead of training")
+    parser.add_argument("--from-runs", default=None, help="read every run folder under this one (summary.json, or the TensorBoard log of "
+                        "an unfinished run) instead of training")
     parser.add_argument("--json", default=None, help="write the table and curves to this JSON file")
     parser.add_argument("--plot", default=None, help="write the learning curves to this PNG file")
     opts = parser.parse_args()

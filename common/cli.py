@@ -42,35 +42,54 @@ def load_preset(cls: Type[T], path: str) -> dict:
     return preset
 
 
-def _config_path(argv: Sequence[str]) -> Optional[str]:
+def _flag_value(argv: Sequence[str], flag: str) -> Optional[str]:
     for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
+        if arg == flag and i + 1 < len(argv):
             return argv[i + 1]
-        if arg.startswith("--config="):
+        if arg.startswith(flag + "="):
             return arg.split("=", 1)[1]
     return None
 
 
+def resumed_args(cls: Type[T], path: str) -> dict:
+    """The Args a run was started with, read from its checkpoint (a run folder or checkpoint.pt).
+
+    Resuming continues *that* run: its saved settings come back underneath whatever the new
+    command line sets explicitly (e.g. a larger --total-timesteps to train longer).
+    """
+    from common.run_utils import load_checkpoint  # torch is only needed when resuming
+
+    saved = load_checkpoint(path)["args"]
+    names = field_names(cls)
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in names}
+
+
+def _base(cls: Type[T], config: Optional[str], resume: Optional[str]) -> dict:
+    """defaults < preset < resumed run's saved args, as a dict of Args fields."""
+    base = load_preset(cls, config) if config else {}
+    if resume:
+        base.update(resumed_args(cls, resume))
+        base["resume"] = resume
+    return base
+
+
 def parse_args(cls: Type[T], argv: Optional[Sequence[str]] = None, description: Optional[str] = None) -> T:
-    """Parse the command line into `cls`, applying a `--config` preset underneath the flags."""
+    """Parse the command line into `cls`: defaults < `--config` preset < the saved args of a
+    `--resume`d run < flags given on the command line."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    default = cls()
-    path = _config_path(argv)
-    if path is not None:
-        try:
-            default = dataclasses.replace(default, **load_preset(cls, path))
-        except (ConfigError, OSError) as err:
-            sys.exit(f"error: {err}")
-    return tyro.cli(cls, args=argv, default=default, description=description)
+    try:
+        base = _base(cls, _flag_value(argv, "--config"), _flag_value(argv, "--resume"))
+    except (ConfigError, OSError) as err:
+        sys.exit(f"error: {err}")
+    return tyro.cli(cls, args=argv, default=dataclasses.replace(cls(), **base), description=description)
 
 
 def make_args(cls: Type[T], **overrides) -> T:
-    """Build Args in code (tests, run.py), rejecting unknown names like the command line does."""
+    """Build Args in code (tests, run.py) with the same layering as the command line, rejecting
+    unknown names like the command line does."""
     names = field_names(cls)
     unknown = [k for k in overrides if k not in names]
     if unknown:
         raise ConfigError(f"unknown argument(s) {unknown}; accepted: {', '.join(names)}")
-    preset = {}
-    if overrides.get("config"):
-        preset = load_preset(cls, overrides["config"])
-    return dataclasses.replace(cls(), **{**preset, **overrides})
+    base = _base(cls, overrides.get("config"), overrides.get("resume"))
+    return dataclasses.replace(cls(), **{**base, **overrides})

@@ -112,11 +112,15 @@ class PettingZooVecEnv:
             )
         self.action_dim_mask = self._pad_mask  # (N, n_actions or act_dim), True where real
 
-        self.state_from_obs = state_from_obs or not hasattr(env0, "state")
+        self.state_from_obs = state_from_obs
+        if not state_from_obs:
+            try:  # PettingZoo's ParallelEnv defines state() but raises where the env has none
+                env0.reset(seed=seed)
+                self.state_dim = int(np.asarray(env0.state()).size)
+            except (NotImplementedError, AttributeError):
+                self.state_from_obs = True
         if self.state_from_obs:
             self.state_dim = sum(self.obs_dims)
-        else:
-            self.state_dim = int(np.prod(env0.state_space.shape))
 
         self.has_action_mask = self.discrete and (self._dict_obs or self._probe_info_mask())
         E, N = num_envs, self.n_agents

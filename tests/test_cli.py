@@ -177,3 +177,16 @@ def test_zero_chunk_len_is_a_config_error(module):
 def test_zero_envs_message_names_num_envs(module):
     with pytest.raises(ConfigError, match="num-envs"):
         module.validate(make_args(module.Args, num_envs=0))
+
+
+def test_resume_brings_back_the_saved_settings(tiny, tmp_path):
+    """--resume continues the run that was started: its saved Args come back underneath the
+    flags given with --resume (defaults < preset < checkpoint < command line)."""
+    from common.cli import parse_args
+
+    first = mappo.main(tiny(mappo, learning_rate=1e-3, hidden_sizes=(8,)))
+    args = parse_args(mappo.Args, ["--resume", first["run_dir"], "--total-timesteps", "40"])
+    assert args.learning_rate == 1e-3 and args.hidden_sizes == (8,) and args.num_envs == 2
+    assert args.total_timesteps == 40 and args.resume == first["run_dir"]
+    resumed = mappo.main(args)
+    assert resumed["global_step"] == 40 and resumed["run_dir"] == first["run_dir"]
