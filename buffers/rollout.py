@@ -16,12 +16,51 @@ time limits (bootstrap from `next_state_values`). The buffer does no RL maths.
 device, for on-policy updates; `sample_episodes()` pads stored episodes for replay.
 """
 from collections import deque
+from collections.abc import Sequence
 from typing import Dict, List, Optional
 
 import torch
 
 CORE_KEYS = ("states", "state_values", "actions", "log_probs", "rewards", "next_states",
              "next_state_values", "dones", "truncated")
+
+
+class PerAgentSteps(Sequence):
+    """The design note's per-agent nested list, read as `x[n][t]` (outer length N, inner T),
+    kept underneath as one (E, N, ...) tensor per step: storing a step is one list append and
+    batching one `torch.stack`, whatever the number of agents. `x[n][t]` is a view, not a copy."""
+
+    def __init__(self, n_agents: int):
+        self.n_agents = n_agents
+        self.steps: List[torch.Tensor] = []  # T tensors of shape (E, N, ...)
+
+    def __len__(self) -> int:
+        return self.n_agents
+
+    def __getitem__(self, n):
+        if isinstance(n, slice):
+            return [self[i] for i in range(*n.indices(self.n_agents))]
+        if not -self.n_agents <= n < self.n_agents:
+            raise IndexError(f"agent index {n} out of range for {self.n_agents} agents")
+        return _AgentSteps(self.steps, n % self.n_agents)
+
+    def stack(self) -> torch.Tensor:
+        return torch.stack(self.steps)  # (T, E, N, ...)
+
+
+class _AgentSteps(Sequence):
+    """One agent's steps: `[t]` is its (E, ...) slice of step t."""
+
+    def __init__(self, steps: List[torch.Tensor], n: int):
+        self.steps, self.n = steps, n
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, t):
+        if isinstance(t, slice):
+            return [step[:, self.n] for step in self.steps[t]]
+        return self.steps[t][:, self.n]
 
 
 class MultiAgentRolloutBuffer:
@@ -44,7 +83,7 @@ class MultiAgentRolloutBuffer:
 
     def reset_current_episode(self) -> None:
         N = self.n_agents
-        self.current_episode: Dict = {key: [[] for _ in range(N)] for key in CORE_KEYS}
+        self.current_episode: Dict = {key: PerAgentSteps(N) for key in CORE_KEYS}
         self.current_episode.update(episode_length=[], episode_reward=[], average_episode_length=0.0,
                                     average_episode_reward=0.0, extras={})
 
@@ -72,14 +111,13 @@ class MultiAgentRolloutBuffer:
             if key not in ep["extras"]:
                 if steps_before > 0:
                     raise ValueError(f"extra {key!r} appeared in the middle of an episode")
-                ep["extras"][key] = [[] for _ in range(self.n_agents)]
+                ep["extras"][key] = PerAgentSteps(self.n_agents)
             self._append(ep["extras"][key], value, key)
 
-    def _append(self, per_agent: List[list], value: torch.Tensor, key: str) -> None:
-        if value.shape[1] != self.n_agents:
+    def _append(self, per_agent: PerAgentSteps, value: torch.Tensor, key: str) -> None:
+        if value.dim() < 2 or value.shape[1] != self.n_agents:
             raise ValueError(f"{key} has shape {tuple(value.shape)}; expected (E, N={self.n_agents}, ...)")
-        for n in range(self.n_agents):
-            per_agent[n].append(value[:, n])  # a view: no copy
+        per_agent.steps.append(value)
 
     def end_episode(self) -> Dict:
         """Close the current episode: compute its statistics and append it to `episodes`.
@@ -101,9 +139,9 @@ class MultiAgentRolloutBuffer:
         return ep
 
     @staticmethod
-    def _stack(per_agent: List[list]) -> torch.Tensor:
-        """[[x_t for t] for n] -> (T, E, N, ...)."""
-        return torch.stack([torch.stack(steps) for steps in per_agent], dim=2)
+    def _stack(per_agent: PerAgentSteps) -> torch.Tensor:
+        """x[n][t] -> (T, E, N, ...)."""
+        return per_agent.stack()
 
     def batch(self, device: Optional[torch.device] = None, keys=None) -> Dict[str, torch.Tensor]:
         """The current episode as (T, E, N, ...) tensors on `device`; extras included by name."""
