@@ -1,0 +1,97 @@
+"""Mixers: combine per-agent utilities Q_i into a team value Q_tot.
+
+All take per-agent values with the agent axis last, `qs (..., N)`, and the global state
+`(..., state_dim)`, and return `(..., )`. Leading axes (time, batch) are kept.
+
+- VDNMixer (Sunehag et al. 2018): Q_tot = sum_i Q_i.
+- QMixer (Rashid et al. 2018): a two-layer network whose weights come from hypernetworks on the
+  state; the weights pass through abs(), so Q_tot is non-decreasing in every Q_i (monotonic
+  mixing), which keeps each agent's greedy action consistent with the team's argmax.
+- QPLEXMixer (Wang et al. 2021): duplex dueling. Each Q_i is turned into V_i + A_i with a
+  positive state-dependent scale, and Q_tot = sum_i V_i + sum_i lambda_i(s, a) A_i with
+  lambda_i > 0 from attention over agents; since A_i <= 0 with equality at agent i's greedy
+  action, the individually greedy joint action maximises Q_tot (the IGM principle) without
+  restricting Q_tot to be monotone.
+"""
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def _flat(qs: torch.Tensor, state: torch.Tensor):
+    """(..., N), (..., S) -> (B, N), (B, S) and the leading shape to restore."""
+    lead = qs.shape[:-1]
+    return qs.reshape(-1, qs.shape[-1]), state.reshape(-1, state.shape[-1]), lead
+
+
+class VDNMixer(nn.Module):
+    """Q_tot = sum_i Q_i. The state is accepted (and ignored) so every mixer has one signature."""
+
+    def forward(self, qs: torch.Tensor, state: torch.Tensor = None) -> torch.Tensor:
+        return qs.sum(-1)
+
+
+class QMixer(nn.Module):
+    """Monotonic mixing network with hypernetworks on the state (QMIX).
+
+    forward(qs (..., N), state (..., state_dim)) -> q_tot (...)
+    """
+
+    def __init__(self, n_agents: int, state_dim: int, embed_dim: int = 32, hypernet_hidden: int = 64):
+        super().__init__()
+        self.n_agents, self.embed_dim = n_agents, embed_dim
+        self.hyper_w1 = nn.Sequential(nn.Linear(state_dim, hypernet_hidden), nn.ReLU(),
+                                      nn.Linear(hypernet_hidden, n_agents * embed_dim))
+        self.hyper_w2 = nn.Sequential(nn.Linear(state_dim, hypernet_hidden), nn.ReLU(),
+                                      nn.Linear(hypernet_hidden, embed_dim))
+        self.hyper_b1 = nn.Linear(state_dim, embed_dim)
+        self.hyper_b2 = nn.Sequential(nn.Linear(state_dim, embed_dim), nn.ReLU(), nn.Linear(embed_dim, 1))
+
+    def forward(self, qs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        qs, state, lead = _flat(qs, state)
+        B = qs.shape[0]
+        # abs() makes every mixing weight non-negative: dQ_tot/dQ_i >= 0 (monotonicity).
+        w1 = self.hyper_w1(state).abs().view(B, self.n_agents, self.embed_dim)  # (B, N, embed)
+        b1 = self.hyper_b1(state).view(B, 1, self.embed_dim)  # (B, 1, embed)
+        hidden = F.elu(torch.bmm(qs.unsqueeze(1), w1) + b1)  # (B, 1, embed)
+        w2 = self.hyper_w2(state).abs().view(B, self.embed_dim, 1)  # (B, embed, 1)
+        b2 = self.hyper_b2(state).view(B, 1, 1)  # state-dependent bias V(s)
+        return (torch.bmm(hidden, w2) + b2).view(lead)
+
+
+class QPLEXMixer(nn.Module):
+    """Duplex dueling mixer (QPLEX) with multi-head attention weights over agents.
+
+    forward(qs (..., N) chosen-action utilities, state (..., S), actions_onehot (..., N, A),
+            max_qs (..., N) each agent's greedy utility) -> q_tot (...)
+    """
+
+    def __init__(self, n_agents: int, state_dim: int, n_actions: int, n_heads: int = 4, hidden: int = 64):
+        super().__init__()
+        self.n_agents, self.n_heads = n_agents, n_heads
+        # Individual transformation Q_i -> w_i(s) Q_i + b_i(s), w_i > 0 (keeps each agent's argmax).
+        self.weight = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, n_agents))
+        self.bias = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, n_agents))
+        # Attention for lambda_i(s, a): per head a state key, per-agent state and joint-action terms.
+        self.key = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, n_heads))
+        self.agents = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, n_heads * n_agents))
+        self.action = nn.Sequential(nn.Linear(state_dim + n_agents * n_actions, hidden), nn.ReLU(),
+                                    nn.Linear(hidden, n_heads * n_agents))
+
+    def forward(self, qs, state, actions_onehot, max_qs):
+        lead = qs.shape[:-1]
+        B, N = math.prod(lead), self.n_agents
+        qs, max_qs = qs.reshape(B, N), max_qs.reshape(B, N)
+        state = state.reshape(B, -1)
+        w = self.weight(state).abs() + 1e-10  # (B, N), positive
+        b = self.bias(state)  # (B, N)
+        q = w * qs + b
+        v = w * max_qs + b  # V_i = max_a Q_i after the same transformation
+        adv = q - v  # A_i <= 0, zero at agent i's greedy action
+        joint = torch.cat([state, actions_onehot.reshape(B, -1)], dim=-1)
+        key = self.key(state).abs().view(B, self.n_heads, 1)  # (B, H, 1)
+        gate = torch.sigmoid(self.agents(state).view(B, self.n_heads, N) + self.action(joint).view(B, self.n_heads, N))
+        lam = (key * gate).sum(1) + 1e-10  # (B, N), lambda_i > 0
+        return (v.sum(-1) + (lam * adv).sum(-1)).view(lead)
