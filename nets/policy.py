@@ -58,6 +58,14 @@ class MaskedCategorical(Categorical):
             logits = logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
         super().__init__(logits=logits, validate_args=False)  # validation costs more than the net here
 
+    def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
+        """Gumbel-max: argmax(logits + Gumbel noise) is an exact draw from the categorical, and
+        on the CPU several times faster than the multinomial sampler for small batches."""
+        if sample_shape:
+            return super().sample(sample_shape)
+        u = torch.rand_like(self.logits)
+        return (self.logits - torch.log(-torch.log(u))).argmax(-1)
+
     def mode(self) -> torch.Tensor:
         return self.logits.argmax(-1)
 

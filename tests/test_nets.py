@@ -173,3 +173,14 @@ def test_recurrent_sequence_equals_stepping(kind, n_agents):
     # after the mid-sequence start, copy 1 behaves as if its episode began there
     fresh, _ = core(x[3:, 1:2], core.initial_state(1, N), torch.zeros(L - 3, 1, N))
     torch.testing.assert_close(out_seq[3:, 1:2], fresh)
+
+
+def test_masked_categorical_samples_follow_the_probabilities():
+    """The Gumbel-max sampler draws from the same distribution as the probabilities say."""
+    torch.manual_seed(0)
+    logits = torch.tensor([[0.0, 1.0, -1.0, 2.0, 0.5]])
+    mask = torch.tensor([[True, True, True, True, False]])
+    dist = MaskedCategorical(logits.expand(200_000, 5), mask.expand(200_000, 5))
+    counts = torch.bincount(dist.sample(), minlength=5).float() / 200_000
+    assert counts[4] == 0.0
+    assert torch.allclose(counts, dist.probs[0], atol=0.005)
