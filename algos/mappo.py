@@ -222,7 +222,7 @@ def main(args: Args) -> dict:
     if args.evaluate_checkpoint:
         return evaluate_checkpoint(args)
 
-    # ======================================================================== 4. SETUP
+# ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
     torch.set_num_threads(args.torch_threads)
     device = pick_device(args.cuda)
@@ -274,7 +274,7 @@ def main(args: Args) -> dict:
         if args.anneal_lr:
             optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - (iteration - 1) / args.num_iterations)
 
-        # ==================================================================== 5. ROLLOUT
+# ============================================================================ 5. ROLLOUT
         t_rollout = time.time()
         buffer.reset_current_episode()
         for step in range(T):
@@ -294,31 +294,41 @@ def main(args: Args) -> dict:
             result = envs.step(action[0].cpu().numpy())
             next_obs = torch.as_tensor(result.obs, device=device)
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true s_{t+1}, before auto-reset
-            final_state = torch.as_tensor(result.final_state, device=device)
-            final_inputs = critic_inputs(final_obs, final_state, args.critic_input)
-            with torch.no_grad():  # V(s_{t+1}) for bootstrapping, from the final obs where an episode ended
-                next_value, _ = critic(final_inputs[None], critic_state, torch.zeros_like(starts)[None])  # (1, E, N)
+            final_value = torch.zeros_like(value)
+            if result.done.any():  # V(final obs) where an episode ended: what a truncation bootstraps from
+                final_state = torch.as_tensor(result.final_state, device=device)
+                with torch.no_grad():
+                    final_value, _ = critic(critic_inputs(final_obs, final_state, args.critic_input)[None], critic_state,
+                                            torch.zeros_like(starts)[None])  # (1, E, N)
+            ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
                 states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0],
                 rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
-                next_state_values=next_value[0], dones=torch.as_tensor(result.terminated, device=device).float(),
+                dones=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
-                alive=torch.as_tensor(result.alive, device=device).float(), **extras)
+                alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
+                final_values=final_value[0], **extras)
             obs, state = next_obs, torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
-            starts = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)
+            starts = ended
             train_returns.extend(result.episode_return[result.done].sum(-1).tolist())
             agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
             train_lengths.extend(result.episode_length[result.done].tolist())
+        with torch.no_grad():  # V(s_T): bootstraps the last step wherever its episode goes on
+            last_value, _ = critic(critic_inputs(obs, state, args.critic_input)[None], critic_state, starts[None])  # (1, E, N)
         rollout_s = time.time() - t_rollout
 
-        # ==================================================================== 6. POSTPROCESS
+# ============================================================================ 6. POSTPROCESS
         t_update = time.time()
         buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
         with torch.no_grad():
+            # V(s_{t+1}) is the next step's value while the episode goes on, and the value of the
+            # final observation where it ended (the next step's value belongs to a new episode).
+            next_values = torch.cat([b["state_values"][1:], last_value], dim=0)  # (T, E, N)
+            next_values = torch.where(b["episode_ends"].bool(), b["final_values"], next_values)
             values = value_norm.denormalize(b["state_values"]) if args.value_norm else b["state_values"]
-            next_values = value_norm.denormalize(b["next_state_values"]) if args.value_norm else b["next_state_values"]
+            next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
             advantages, returns = compute_gae(b["rewards"], values, next_values, b["dones"], b["truncated"],
                                               args.gamma, args.gae_lambda)
             alive = b["alive"]
@@ -335,7 +345,7 @@ def main(args: Args) -> dict:
         init_states = {k: v[::L].reshape(-1, N, v.shape[-1]) for k, v in b.items() if k.startswith("prev_")}
         S = data["rewards"].shape[1]
 
-        # ==================================================================== 7. UPDATE
+# ============================================================================ 7. UPDATE
         clipfracs = []
         for epoch in range(args.update_epochs):
             order = torch.randperm(S, generator=shuffle_gen).to(device)
@@ -382,7 +392,7 @@ def main(args: Args) -> dict:
                      explained_variance=explained_variance(values[alive.bool()], returns[alive.bool()]))
         update_s = time.time() - t_update
 
-        # ==================================================================== 8. LOGGING
+# ============================================================================ 8. LOGGING
         if args.eval_every and global_step >= next_eval:
             t_eval = time.time()
             eval_returns = evaluate(eval_envs, actor, args.eval_episodes, device)

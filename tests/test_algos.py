@@ -155,3 +155,43 @@ def test_optional_features_off(tiny, algo):
     summary = ALGOS[algo].main(args)
     check_summary(summary, algo, args)
     assert [step for step, _ in summary["eval_history"]] == [10, 20]  # periodic evaluation every 10 env steps
+
+
+@pytest.mark.parametrize("algo", [mappo, ippo], ids=["mappo", "ippo"])
+def test_next_values_are_the_values_of_the_true_next_states(tiny, monkeypatch, algo):
+    """GAE's next_values[t] must be V(s_{t+1}) of the step's true next state: the next step's value
+    while the episode goes on, the final observation's value where it ended (episodes of 3 steps
+    end inside rollouts of 5, so both cases and the rollout's last step occur)."""
+    from buffers import MultiAgentRolloutBuffer
+
+    captured, checked = {}, []
+    build, gae, batch = algo.build_networks, algo.compute_gae, MultiAgentRolloutBuffer.batch
+
+    def build_and_keep(args, env, device):
+        actor, critic = build(args, env, device)
+        captured["critic"] = critic
+        return actor, critic
+
+    def batch_and_keep(self, device=None, keys=None):
+        captured["batch"] = batch(self, device, keys)
+        return captured["batch"]
+
+    def gae_and_check(rewards, values, next_values, terminated, truncated, gamma, lam):
+        next_states = captured["batch"]["next_states"]  # (T, E, N, obs_dim), final obs where episodes ended
+        T, E, N, _ = next_states.shape
+        if algo is ippo:
+            inputs = next_states
+        else:  # the concatenated observations of every agent, for every agent
+            inputs = next_states.reshape(T, E, 1, -1).expand(T, E, N, -1)
+        with torch.no_grad():
+            expected, _ = captured["critic"](inputs)  # (T, E, N), feed-forward critic
+        assert torch.allclose(next_values, expected, atol=1e-6)
+        checked.append(True)
+        return gae(rewards, values, next_values, terminated, truncated, gamma, lam)
+
+    monkeypatch.setattr(algo, "build_networks", build_and_keep)
+    monkeypatch.setattr(algo, "compute_gae", gae_and_check)
+    monkeypatch.setattr(MultiAgentRolloutBuffer, "batch", batch_and_keep)
+    extra = {} if algo is ippo else {"critic_input": "concat_obs"}
+    algo.main(tiny(algo, env_kwargs=("max_cycles=3",), value_norm=False, **extra))
+    assert len(checked) == 2
