@@ -16,7 +16,7 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, parse_args
+from common.cli import ConfigError, parse_args, saved_args
 from common.run_utils import (Progress, args_dict, evaluate, load_checkpoint, pick_device, new_run_dir, rng_state,
                               save_checkpoint, save_gif, seed_everything, set_rng_state, write_json_atomic)
 from envs import make_env, parse_env_kwargs
@@ -202,7 +202,7 @@ def evaluate_checkpoint(args: Args) -> dict:
     if ckpt["algo"] != "mappo":
         raise ConfigError(f"{args.evaluate_checkpoint} holds a {ckpt['algo']} run; "
                           f"evaluate it with algos/{ckpt['algo']}.py")
-    saved = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in ckpt["args"].items()})
+    saved = Args(**saved_args(Args, ckpt["args"]))
     env = make_env(saved.env, 1 if args.render_gif else args.eval_num_envs, args.seed + 10_000,
                    parse_env_kwargs(saved.env_kwargs), render_mode="rgb_array" if args.render_gif else None)
     actor, _ = build_networks(saved, env, device)

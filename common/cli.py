@@ -59,7 +59,11 @@ def resumed_args(cls: Type[T], path: str) -> dict:
     """
     from common.run_utils import load_checkpoint  # torch is only needed when resuming
 
-    saved = load_checkpoint(path)["args"]
+    return saved_args(cls, load_checkpoint(path)["args"])
+
+
+def saved_args(cls: Type[T], saved: dict) -> dict:
+    """A checkpoint's saved args (plain values, lists for tuples) as Args fields."""
     names = field_names(cls)
     return {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in names}
 
