@@ -195,7 +195,8 @@ def evaluate_checkpoint(args: Args) -> dict:
                           f"evaluate it with algos/{ckpt['algo']}.py")
     saved = Args(**saved_args(Args, ckpt["args"]))
     env = make_env(saved.env, 1 if args.render_gif else args.eval_num_envs, args.seed + 10_000,
-                   parse_env_kwargs(saved.env_kwargs), render_mode="rgb_array" if args.render_gif else None)
+                   parse_env_kwargs(saved.env_kwargs), render_mode="rgb_array" if args.render_gif else None,
+                   device=device)
     actor, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
     frames = [] if args.render_gif else None
@@ -218,8 +219,8 @@ def main(args: Args) -> dict:
     torch.set_num_threads(args.torch_threads)
     device = pick_device(args.cuda)
     env_kwargs = parse_env_kwargs(args.env_kwargs)
-    envs = make_env(args.env, args.num_envs, args.seed, env_kwargs)
-    eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs)
+    envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
+    eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
     actor, critic = build_networks(args, envs, device)
     value_norm = ValueNorm().to(device)
@@ -282,7 +283,7 @@ def main(args: Args) -> dict:
                 action = dist.sample()  # (1, E, N) or (1, E, N, act_dim)
                 logprob = dist.log_prob(action)  # (1, E, N)
                 value, critic_state = critic(extras["critic_inputs"][None], critic_state, starts[None])  # (1, E, N)
-            result = envs.step(action[0].cpu().numpy())
+            result = envs.step(action[0])  # a torch env keeps it on the device
             next_obs = torch.as_tensor(result.obs, device=device)
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true s_{t+1}, before auto-reset
             final_value = torch.zeros_like(value)

@@ -132,6 +132,11 @@ class Progress:
 
 # ----------------------------------------------------------------------------- evaluation
 @torch.no_grad()
+def as_numpy(x) -> np.ndarray:
+    """A numpy view of an env output, whether the env returned numpy arrays or torch tensors."""
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
 def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = True, frames=None) -> np.ndarray:
     """Run `n_episodes` episodes on `env` (its own copies) and return each one's return summed
     over agents (R_pz3 for mpe2), shape (n_episodes,).
@@ -149,17 +154,19 @@ def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = T
     starts = torch.ones(1, E, N, device=device)
     while quota.sum() > 0:
         mask_t = None if mask is None else torch.as_tensor(mask, device=device)[None]
-        dist, state = actor(torch.as_tensor(obs, device=device)[None], state, starts, mask_t)
-        action = dist.mode() if greedy else dist.sample()
+        with torch.no_grad():
+            dist, state = actor(torch.as_tensor(obs, device=device)[None], state, starts, mask_t)
+            action = dist.mode() if greedy else dist.sample()
         if frames is not None:
             frames.append(env.render())
-        step = env.step(action[0].cpu().numpy())
-        for e in np.flatnonzero(step.done):
+        step = env.step(action[0])
+        done, episode_return = as_numpy(step.done), as_numpy(step.episode_return)
+        for e in np.flatnonzero(done):
             if quota[e] > 0:
-                returns.append(float(step.episode_return[e].sum()))
+                returns.append(float(episode_return[e].sum()))
                 quota[e] -= 1
         obs, mask = step.obs, step.action_mask
-        starts = torch.as_tensor(np.repeat(step.done[:, None], N, 1), dtype=torch.float32, device=device)[None]
+        starts = torch.as_tensor(np.repeat(done[:, None], N, 1), dtype=torch.float32, device=device)[None]
     return np.asarray(returns)
 
 

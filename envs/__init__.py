@@ -4,13 +4,18 @@
     env = make_env("simple_spread", num_envs=16, seed=1, env_kwargs={"N": 5})
 
 Names: every mpe2 scenario by its bare name (`simple_spread`), its versioned name
-(`simple_spread_v3`) or with the family prefix (`mpe2:simple_spread`).
+(`simple_spread_v3`) or with the family prefix (`mpe2:simple_spread`). The batched torch port
+of a scenario (envs/torch_mpe.py: same dynamics, tensors on the CPU or the GPU, 10-100x the
+throughput) is selected with the `torch:` prefix (`torch:simple_spread`).
 """
 import importlib
 import inspect
 from typing import Any, Dict, Optional, Sequence
 
 from envs.pettingzoo_vec import PettingZooVecEnv, VecStep
+from envs.torch_mpe import TORCH_SCENARIOS, TorchMPE, make_torch_mpe
+
+TORCH_PREFIX = "torch:"
 
 # bare name -> mpe2 module. Every scenario mpe2 1.1 ships.
 MPE2_SCENARIOS = {
@@ -30,7 +35,19 @@ MPE2_SCENARIOS = {
 
 
 def known_envs() -> list:
-    return sorted(MPE2_SCENARIOS)
+    return sorted(MPE2_SCENARIOS) + sorted(TORCH_PREFIX + name for name in TORCH_SCENARIOS)
+
+
+def _split_torch(name: str):
+    """'torch:simple_spread_v3' -> (True, 'simple_spread'); other names -> (False, name)."""
+    if not name.startswith(TORCH_PREFIX):
+        return False, name
+    bare = _resolve(name[len(TORCH_PREFIX):])
+    if bare not in TORCH_SCENARIOS:
+        raise ValueError(f"{bare!r} has no torch port yet; ported: "
+                         f"{', '.join(TORCH_PREFIX + n for n in sorted(TORCH_SCENARIOS))} "
+                         f"(drop the prefix to run the PettingZoo version)")
+    return True, bare
 
 
 def _resolve(name: str) -> str:
@@ -44,12 +61,17 @@ def _resolve(name: str) -> str:
 
 
 def env_maker(name: str):
-    """The PettingZoo `parallel_env` constructor behind a registry name."""
+    """The PettingZoo `parallel_env` constructor behind a registry name (a torch port's twin)."""
+    name = _split_torch(name)[1]
     return importlib.import_module(f"mpe2.{MPE2_SCENARIOS[_resolve(name)]}").parallel_env
 
 
 def env_arguments(name: str) -> Dict[str, Any]:
     """The scenario arguments an env accepts, with their defaults."""
+    is_torch, bare = _split_torch(name)
+    if is_torch:
+        params = inspect.signature(TORCH_SCENARIOS[bare].__init__).parameters
+        return {k: p.default for k, p in params.items() if k not in ("self", "num_envs", "seed", "device", "dtype")}
     sig = inspect.signature(env_maker(name))
     params = sig.parameters
     if any(p.kind == p.VAR_KEYWORD for p in params.values()):
@@ -85,13 +107,21 @@ def parse_env_kwargs(pairs: Sequence[str]) -> Dict[str, Any]:
 
 
 def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[str, Any]] = None,
-             render_mode: Optional[str] = None) -> PettingZooVecEnv:
+             render_mode: Optional[str] = None, device=None):
     """Build E copies of the named env behind the batched adapter.
 
     env_kwargs are the scenario's own arguments (for mpe2: N, max_cycles, continuous_actions,
-    local_ratio, ...); an unknown one fails with the list the scenario accepts.
+    local_ratio, ...); an unknown one fails with the list the scenario accepts. `device` places
+    a torch port's tensors (the training device, so the whole loop stays there); the PettingZoo
+    adapter steps on the CPU and returns numpy arrays whatever it is. Rendering a torch port
+    builds its PettingZoo twin (same observations and dynamics), which draws frames.
     """
     env_kwargs = dict(env_kwargs or {})
+    is_torch, bare = _split_torch(name)
+    if is_torch and render_mode is None:
+        return make_torch_mpe(bare, num_envs, seed, device or "cpu", **env_kwargs)
+    if is_torch:  # the port does not draw; its PettingZoo twin has the same dynamics and does
+        name = bare
     accepted = env_arguments(name)
     unknown = sorted(set(env_kwargs) - set(accepted))
     if unknown:
@@ -106,4 +136,4 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
 
 
 __all__ = ["make_env", "env_maker", "env_arguments", "parse_env_kwargs", "known_envs",
-           "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS"]
+           "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS", "TorchMPE", "TORCH_SCENARIOS"]

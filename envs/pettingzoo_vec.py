@@ -175,7 +175,8 @@ class PettingZooVecEnv:
         return (self._mask & self._pad_mask[None]).copy() if self.discrete else None
 
     def step(self, actions: np.ndarray) -> VecStep:
-        """Step every copy. actions: (E, N) int for discrete, (E, N, act_dim) float for continuous."""
+        """Step every copy. actions: (E, N) int for discrete, (E, N, act_dim) float for continuous
+        (numpy arrays or torch tensors)."""
         E, N = self.num_envs, self.n_agents
         reward = np.zeros((E, N), np.float32)
         terminated = np.zeros((E, N), bool)
@@ -186,6 +187,8 @@ class PettingZooVecEnv:
         final_state = np.empty_like(self._state)
         episode_return = np.zeros((E, N), np.float32)
         episode_length = np.zeros(E, np.int64)
+        if hasattr(actions, "cpu"):  # a torch tensor from the policy
+            actions = actions.detach().cpu().numpy()
         if self.discrete:
             actions = np.asarray(actions).astype(np.int64, copy=False)
         else:
