@@ -167,31 +167,66 @@ class MultiAgentRolloutBuffer:
         """Draw `batch_size` stored (episode, env copy) sequences, padded to the longest.
 
         Returns (B, T_max, N, ...) tensors plus `filled` (B, T_max), 1 where a step is real.
-        Each stored episode contributes its E env copies as separate sequences.
+        Each stored episode contributes its E env copies as separate sequences. Stored
+        episodes are stacked into (T, E, N, ...) tensors once, the first time they are drawn.
         """
         if not self.episodes:
             raise ValueError("no completed episodes stored; call end_episode() first")
-        sequences = []  # (episode index, env copy)
-        for i, ep in enumerate(self.episodes):
-            E = ep["rewards"][0][0].shape[0]
-            sequences.extend((i, e) for e in range(E))
-        picks = torch.randint(len(sequences), (batch_size,), generator=generator).tolist()
-        chosen = [sequences[p] for p in picks]
-        T_max = max(len(self.episodes[i]["rewards"][0]) for i, _ in chosen)
+        copies = [ep["rewards"].steps[0].shape[0] for ep in self.episodes]  # E of each stored episode
+        offsets = torch.tensor([0] + copies).cumsum(0)
+        picks = torch.randint(int(offsets[-1]), (batch_size,), generator=generator)
+        episode_idx = torch.searchsorted(offsets[1:], picks, right=True).tolist()
+        copy_idx = (picks - offsets[episode_idx]).tolist()
+        stacked = [self._stacked(self.episodes[i], keys) for i in episode_idx]
+        T_max = max(next(iter(st.values())).shape[0] for st in stacked)
         out: Dict[str, List[torch.Tensor]] = {}
         filled = torch.zeros(batch_size, T_max)
-        for b, (i, e) in enumerate(chosen):
-            ep = self.episodes[i]
-            T = len(ep["rewards"][0])
+        for b, (st, e) in enumerate(zip(stacked, copy_idx)):
+            for key, full in st.items():
+                seq = full[:, e]  # (T, N, ...)
+                T = seq.shape[0]
+                if T < T_max:
+                    seq = torch.cat([seq, seq.new_zeros((T_max - T,) + seq.shape[1:])])
+                out.setdefault(key, []).append(seq)
             filled[b, :T] = 1.0
-            sources = {k: ep[k] for k in CORE_KEYS if ep[k][0]}
-            sources.update(ep["extras"])
-            for key, source in sources.items():
-                if keys is not None and key not in keys:
-                    continue
-                seq = self._stack(source)[:, e]  # (T, N, ...)
-                pad = seq.new_zeros((T_max - T,) + seq.shape[1:])
-                out.setdefault(key, []).append(torch.cat([seq, pad]))
         batch = {k: torch.stack(v).to(device) for k, v in out.items()}
         batch["filled"] = filled.to(device)
         return batch
+
+    def _stacked(self, ep: Dict, keys=None) -> Dict[str, torch.Tensor]:
+        """An episode's keys as (T, E, N, ...) tensors. The per-step lists are replaced by views
+        of the stacked tensor, so the cache costs no extra memory and `x[n][t]` still works."""
+        cache = ep.setdefault("_stacked", {})
+        sources = {k: ep[k] for k in CORE_KEYS if ep[k].steps}
+        sources.update(ep["extras"])
+        for key, per_agent in sources.items():
+            if key not in cache and (keys is None or key in keys):
+                cache[key] = per_agent.stack()
+                per_agent.steps = list(cache[key].unbind(0))
+        return {k: v for k, v in cache.items() if keys is None or k in keys}
+
+    # ---------------------------------------------------------------- checkpoints
+    def state_dict(self) -> Dict:
+        """Completed episodes as plain tensors and numbers (loadable with weights_only=True)."""
+        stats = ("episode_length", "episode_reward", "average_episode_length", "average_episode_reward")
+        episodes = []
+        for ep in self.episodes:
+            st = self._stacked(ep)
+            episodes.append({"core": {k: v for k, v in st.items() if k in CORE_KEYS},
+                             "extras": {k: v for k, v in st.items() if k not in CORE_KEYS},
+                             **{k: ep[k] for k in stats}})
+        return {"n_agents": self.n_agents, "capacity": self.capacity, "episodes": episodes}
+
+    def load_state_dict(self, state: Dict) -> None:
+        """Restore what `state_dict()` saved (the current episode starts empty)."""
+        self.capacity = state["capacity"]
+        self.reset(state["n_agents"])
+        for saved in state["episodes"]:
+            ep: Dict = {key: PerAgentSteps(self.n_agents) for key in CORE_KEYS}
+            ep.update({k: v for k, v in saved.items() if k not in ("core", "extras")}, extras={})
+            for key, full in saved["core"].items():
+                ep[key].steps = list(full.unbind(0))
+            for key, full in saved["extras"].items():
+                ep["extras"][key] = PerAgentSteps(self.n_agents)
+                ep["extras"][key].steps = list(full.unbind(0))
+            self.episodes.append(ep)

@@ -131,12 +131,12 @@ class Progress:
 
 
 # ----------------------------------------------------------------------------- evaluation
-@torch.no_grad()
 def as_numpy(x) -> np.ndarray:
     """A numpy view of an env output, whether the env returned numpy arrays or torch tensors."""
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
+@torch.no_grad()
 def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = True, frames=None) -> np.ndarray:
     """Run `n_episodes` episodes on `env` (its own copies) and return each one's return summed
     over agents (R_pz3 for mpe2), shape (n_episodes,).
@@ -154,9 +154,10 @@ def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = T
     starts = torch.ones(1, E, N, device=device)
     while quota.sum() > 0:
         mask_t = None if mask is None else torch.as_tensor(mask, device=device)[None]
-        with torch.no_grad():
-            dist, state = actor(torch.as_tensor(obs, device=device)[None], state, starts, mask_t)
-            action = dist.mode() if greedy else dist.sample()
+        dist, state = actor(torch.as_tensor(obs, device=device)[None], state, starts, mask_t)
+        action = dist.mode() if greedy else dist.sample()
+        if hasattr(actor, "remember"):  # actors that see their previous action (nets.QPolicy)
+            state = actor.remember(state, action[0])
         if frames is not None:
             frames.append(env.render())
         step = env.step(action[0])

@@ -13,6 +13,7 @@ import inspect
 from typing import Any, Dict, Optional, Sequence
 
 from envs.pettingzoo_vec import PettingZooVecEnv, VecStep
+from envs.matrix_game import PAYOFFS, MatrixGame
 from envs.torch_mpe import TORCH_SCENARIOS, TorchMPE, make_torch_mpe
 
 TORCH_PREFIX = "torch:"
@@ -34,8 +35,12 @@ MPE2_SCENARIOS = {
 }
 
 
+# Small torch-native envs (no PettingZoo twin)
+NATIVE_ENVS = {"matrix_game": MatrixGame}
+
+
 def known_envs() -> list:
-    return sorted(MPE2_SCENARIOS) + sorted(TORCH_PREFIX + name for name in TORCH_SCENARIOS)
+    return sorted(MPE2_SCENARIOS) + sorted(TORCH_PREFIX + name for name in TORCH_SCENARIOS) + sorted(NATIVE_ENVS)
 
 
 def _split_torch(name: str):
@@ -68,6 +73,9 @@ def env_maker(name: str):
 
 def env_arguments(name: str) -> Dict[str, Any]:
     """The scenario arguments an env accepts, with their defaults."""
+    if name in NATIVE_ENVS:
+        params = inspect.signature(NATIVE_ENVS[name].__init__).parameters
+        return {k: p.default for k, p in params.items() if k not in ("self", "num_envs", "seed", "device")}
     is_torch, bare = _split_torch(name)
     if is_torch:
         params = inspect.signature(TORCH_SCENARIOS[bare].__init__).parameters
@@ -117,6 +125,12 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
     builds its PettingZoo twin (same observations and dynamics), which draws frames.
     """
     env_kwargs = dict(env_kwargs or {})
+    if name in NATIVE_ENVS:
+        accepted = env_arguments(name)
+        unknown = sorted(set(env_kwargs) - set(accepted))
+        if unknown:
+            raise ValueError(f"env {name!r} does not take argument(s) {unknown}; accepted: {', '.join(accepted)}")
+        return NATIVE_ENVS[name](num_envs, seed, device or "cpu", **env_kwargs)
     is_torch, bare = _split_torch(name)
     if is_torch and render_mode is None:
         return make_torch_mpe(bare, num_envs, seed, device or "cpu", **env_kwargs)
@@ -136,4 +150,4 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
 
 
 __all__ = ["make_env", "env_maker", "env_arguments", "parse_env_kwargs", "known_envs",
-           "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS", "TorchMPE", "TORCH_SCENARIOS"]
+           "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS", "TorchMPE", "TORCH_SCENARIOS", "MatrixGame", "PAYOFFS", "NATIVE_ENVS"]

@@ -43,6 +43,7 @@ class VecStep:
     done: np.ndarray  # (E,) the copy finished an episode in this step
     episode_return: np.ndarray  # (E, N) per-agent return of the finished episode (0 elsewhere)
     episode_length: np.ndarray  # (E,) length of the finished episode (0 elsewhere)
+    final_action_mask: Optional[np.ndarray] = None  # (E, N, n_actions) mask of final_obs (discrete only)
 
 
 def _flat_dim(space: spaces.Space, agent: str) -> int:
@@ -187,6 +188,7 @@ class PettingZooVecEnv:
         final_state = np.empty_like(self._state)
         episode_return = np.zeros((E, N), np.float32)
         episode_length = np.zeros(E, np.int64)
+        final_mask = np.ones_like(self._mask)
         if hasattr(actions, "cpu"):  # a torch tensor from the policy
             actions = actions.detach().cpu().numpy()
         if self.discrete:
@@ -213,6 +215,8 @@ class PettingZooVecEnv:
             self._ep_length[i] += 1
             final_obs[i] = self._obs[i]
             final_state[i] = self._state[i]
+            if self.discrete:
+                final_mask[i] = self._mask[i]
             # The episode is over when no agent is left to act.
             if not env.agents or np.all(terminated[i] | truncated[i] | ~alive[i]):
                 done[i] = True
@@ -225,7 +229,8 @@ class PettingZooVecEnv:
                     self._mask[i] = True
                 self._write(i, env, obs, infos)
         return VecStep(self._obs.copy(), self._state.copy(), reward, terminated, truncated, alive,
-                       self.action_mask(), final_obs, final_state, done, episode_return, episode_length)
+                       self.action_mask(), final_obs, final_state, done, episode_return, episode_length,
+                       final_mask & self._pad_mask[None] if self.discrete else None)
 
     def to_env_units(self, actions: np.ndarray) -> np.ndarray:
         """Normalised continuous actions (E, N, act_dim) in [-1, 1] -> each agent's [low, high]."""

@@ -1,11 +1,11 @@
 """Generic network modules. Constructors take plain ints; inputs put the agent axis just
 before the features: (..., N, in_dim)."""
 from nets.layers import MLP, AgentLinear, make_linear
-from nets.policy import (Actor, AgentNet, Critic, MaskedCategorical, MaskedGaussian, ValueNorm,
+from nets.policy import (Actor, AgentNet, Critic, GreedyQ, MaskedCategorical, MaskedGaussian, QPolicy, ValueNorm,
                          explained_variance)
 from nets.mixers import QMixer, QPLEXMixer, VDNMixer
 from nets.recurrent import RecurrentCore
 
 __all__ = ["MLP", "AgentLinear", "make_linear", "RecurrentCore", "AgentNet", "Actor", "Critic",
            "ValueNorm", "MaskedCategorical", "MaskedGaussian", "explained_variance", "VDNMixer", "QMixer",
-           "QPLEXMixer"]
+           "QPLEXMixer", "QPolicy", "GreedyQ"]

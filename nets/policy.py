@@ -145,6 +145,77 @@ class Critic(nn.Module):
         return value.squeeze(-1), state  # (L, B, N)
 
 
+class GreedyQ:
+    """The greedy "distribution" of a Q network: `mode()` is the best available action.
+
+    q (..., A) action values; mask (..., A) True where the action is available. Unavailable
+    actions get -inf, so they are never chosen (and never bootstrapped from).
+    """
+
+    def __init__(self, q: torch.Tensor, mask: Optional[torch.Tensor] = None):
+        self.q = q if mask is None else q.masked_fill(~mask.bool(), float("-inf"))
+
+    def mode(self) -> torch.Tensor:
+        return self.q.argmax(-1)
+
+    sample = mode  # acting greedily; epsilon-greedy exploration is the algorithm's business
+
+
+class QPolicy(nn.Module):
+    """Per-agent utilities Q_i(tau_i, .) for value-based methods (IQL, VDN, QMIX, QPLEX).
+
+    Wraps an `AgentNet` whose input is the observation, optionally followed by the one-hot of
+    the agent's previous action (zeros at an episode start): with a recurrent core the agent
+    then conditions on its own action-observation history, as in DRQN-style MARL agents.
+
+    q_values(obs (L, B, N, obs_dim), last_onehot (L, B, N, A) or None, state, starts (L, B, N))
+        -> (q (L, B, N, A), state)   for training on whole sequences.
+    forward(obs, state, starts, action_mask) -> (GreedyQ, state)   the `Actor` interface used to
+        act and by `common.run_utils.evaluate`; the previous action rides in the state tuple
+        and is written there by `remember(state, action)` once the action is chosen.
+    """
+
+    def __init__(self, obs_dim: int, n_actions: int, n_agents: int, share_params: bool = True,
+                 hidden_dim: int = 64, recurrent: str = "gru", last_action_input: bool = False):
+        super().__init__()
+        self.n_actions, self.n_agents, self.last_action_input = n_actions, n_agents, last_action_input
+        in_dim = obs_dim + (n_actions if last_action_input else 0)
+        self.net = AgentNet(in_dim, n_actions, n_agents, share_params, (hidden_dim,), recurrent,
+                            out_gain=1.0, activation="relu")
+
+    def q_values(self, obs, last_onehot, state, starts):
+        x = torch.cat([obs, last_onehot], dim=-1) if self.last_action_input else obs
+        return self.net(x, state, starts)
+
+    def initial_state(self, batch: int, device=None):
+        core = self.net.initial_state(batch, device) or ()
+        last = (torch.zeros(batch, self.n_agents, self.n_actions, device=device),) if self.last_action_input else ()
+        return (core + last) or None
+
+    def forward(self, obs, state=None, starts=None, action_mask=None):
+        core, last = self._split(state)
+        if self.last_action_input:
+            keep = 1.0 - starts[0].unsqueeze(-1).float()  # a new episode has no previous action
+            last = last * keep
+        q, core = self.q_values(obs, None if last is None else last[None], core, starts)
+        new_state = ((core or ()) + ((last,) if self.last_action_input else ())) or None
+        return GreedyQ(q, action_mask), new_state
+
+    def remember(self, state, action: torch.Tensor):
+        """Record the chosen action (B, N) as the next step's previous action."""
+        if not self.last_action_input:
+            return state
+        core, _ = self._split(state)
+        return (core or ()) + (nn.functional.one_hot(action.long(), self.n_actions).float(),)
+
+    def _split(self, state):
+        if state is None:
+            return None, None
+        if self.last_action_input:
+            return (state[:-1] or None), state[-1]
+        return state, None
+
+
 class ValueNorm(nn.Module):
     """Running mean and variance of value targets (MAPPO's ValueNorm, Yu et al. 2022).
 
