@@ -8,6 +8,7 @@ algorithm flags, except --env, --seed and --run-dir, which the launcher sets per
 seeds) is printed at the end and written to <run-dir>/results.json.
 """
 import argparse
+import glob
 import importlib
 import multiprocessing as mp
 import os
@@ -20,7 +21,9 @@ from common.cli import parse_args
 from common.run_utils import write_json_atomic
 from envs import known_envs
 
-ALGOS = ("mappo", "ippo")
+ALGOS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "algos")
+ALGOS = tuple(sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ALGOS_DIR, "*.py"))
+                     if not p.endswith("__init__.py")))  # every algorithm file
 
 
 def run_one(job) -> dict:

@@ -1,14 +1,19 @@
-"""Learning bars of the foundation issue on mpe2 simple_spread (greedy evaluation, R_pz3).
+"""Learning bars on mpe2 simple_spread (greedy evaluation, R_pz3), for every algorithm that has one.
 
 Trains each algorithm with its file's defaults for several seeds (or reads runs already made
 with --from-runs), then prints, per algorithm, the 3-seed mean greedy evaluation curve's best
 point within each budget and its final point, beside the bars and reference numbers:
 
     MAPPO >= -30 within 2M env steps, >= -25 within 10M;  IPPO >= -32 within 2M
+    QMIX, VDN, QPLEX >= -30 within 2M;  IQL >= -35 within 2M
     random -79, scripted (optimal assignment) -22.6 (REFERENCE.md)
 
     python benchmarks/learning_mpe.py --algo mappo ippo --seeds 3 --total-timesteps 2000000
+    python benchmarks/learning_mpe.py --algo qmix vdn --env torch:simple_spread   # the batched torch port
     python benchmarks/learning_mpe.py --from-runs runs/bench   # re-read finished runs
+
+`--env torch:simple_spread` trains on the torch port of the same task (same dynamics, step for
+step; initial states drawn by torch instead of numpy), which runs several times faster.
 """
 import argparse
 import glob
@@ -19,7 +24,9 @@ import numpy as np
 
 import run as launcher
 
-BARS = {("mappo", 2_000_000): -30.0, ("mappo", 10_000_000): -25.0, ("ippo", 2_000_000): -32.0}
+BARS = {("mappo", 2_000_000): -30.0, ("mappo", 10_000_000): -25.0, ("ippo", 2_000_000): -32.0,
+        ("qmix", 2_000_000): -30.0, ("vdn", 2_000_000): -30.0, ("qplex", 2_000_000): -30.0, ("iql", 2_000_000): -35.0}
+SPREAD_NAMES = ("simple_spread", "simple_spread_v3", "mpe2:simple_spread", "torch:simple_spread", "torch:simple_spread_v3")
 RANDOM, SCRIPTED = -79.0, -22.6
 
 
@@ -58,7 +65,7 @@ def report(summaries_by_algo, out_path=None):
         steps, returns = mean_curve(summaries)
         mean = returns.mean(0)
         for (bar_algo, budget), bar in sorted(BARS.items()):
-            if bar_algo != algo:
+            if bar_algo != algo.split(" ")[0]:
                 continue
             inside = steps <= budget * 1.001
             if not inside.any() or steps.max() < budget * 0.999:
@@ -87,13 +94,14 @@ def plot(summaries_by_algo, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (algo, summaries), color in zip(summaries_by_algo.items(), ("tab:blue", "tab:orange", "tab:green")):
+    colors = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink")
+    for (algo, summaries), color in zip(summaries_by_algo.items(), colors):
         steps, returns = mean_curve(summaries)
         for seed_curve in returns:
             ax.plot(steps / 1e6, seed_curve, color=color, alpha=0.25, lw=0.8)
         ax.plot(steps / 1e6, returns.mean(0), color=color, lw=2, label=f"{algo} ({len(summaries)} seeds)")
         for (bar_algo, budget), bar in BARS.items():
-            if bar_algo == algo and budget <= steps.max() * 1.001:
+            if bar_algo == algo.split(" ")[0] and budget <= steps.max() * 1.001:
                 ax.axhline(bar, color=color, ls="--", lw=1, label=f"{algo} bar {bar:g} at {budget / 1e6:g}M")
     ax.axhline(RANDOM, color="gray", ls=":", lw=1, label=f"random {RANDOM:g}")
     ax.axhline(SCRIPTED, color="black", ls=":", lw=1, label=f"scripted {SCRIPTED:g}")
@@ -111,6 +119,8 @@ def plot(summaries_by_algo, path: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", nargs="+", default=["mappo", "ippo"])
+    parser.add_argument("--env", default="simple_spread", choices=["simple_spread", "torch:simple_spread"],
+                        help="the PettingZoo env or its batched torch port")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--total-timesteps", type=int, default=2_000_000, help="env steps per run")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -124,14 +134,15 @@ def main() -> None:
         summaries = [read_run(os.path.dirname(p)) for p in
                      glob.glob(os.path.join(opts.from_runs, "**", "args.json"), recursive=True)]
     else:
-        summaries = launcher.main(["--algo", *opts.algo, "--env", "simple_spread", "--seeds", str(opts.seeds),
+        summaries = launcher.main(["--algo", *opts.algo, "--env", opts.env, "--seeds", str(opts.seeds),
                                    "--workers", str(opts.workers), "--run-dir", opts.run_dir, "--",
                                    "--total-timesteps", str(opts.total_timesteps)])
     by_algo = {}
     summaries = [s for s in summaries if s["eval_history"]]
     for s in summaries:
-        if s["env"] in ("simple_spread", "simple_spread_v3") and s["algo"] in opts.algo:
-            by_algo.setdefault(s["algo"], []).append(s)
+        if s["env"] in SPREAD_NAMES and s["algo"] in opts.algo:
+            key = s["algo"] if s["env"].startswith(("simple", "mpe2")) else f"{s['algo']} (torch)"
+            by_algo.setdefault(key, []).append(s)
     report(by_algo, opts.json)
     if opts.plot:
         plot(by_algo, opts.plot)

@@ -47,9 +47,29 @@ class RecurrentCore(nn.Module):
         return (torch.sigmoid(o) * torch.tanh(c), c)
 
     def forward(self, x: torch.Tensor, state: State, starts: torch.Tensor):
+        if isinstance(self.ih, nn.Linear) and x.shape[0] > 1 and not bool(starts[1:].any()):
+            return self._fused(x, state, starts[0])
         outs = []
         for t in range(x.shape[0]):
             keep = (1.0 - starts[t].float()).unsqueeze(-1)  # (B, N, 1)
             state = self.cell(x[t], tuple(s * keep for s in state))
             outs.append(state[0])
         return torch.stack(outs), state  # (L, B, N, H)
+
+    def _fused(self, x: torch.Tensor, state: State, start: torch.Tensor):
+        """The same recurrence through torch's fused GRU/LSTM kernel, for a shared cell on a
+        sequence with no episode start after its first step (replayed whole episodes, most
+        training chunks). Gate order and equations are nn.GRU's / nn.LSTM's, as in `cell`."""
+        L, B, N, _ = x.shape
+        keep = (1.0 - start.float()).reshape(1, B * N, 1)
+        h0 = tuple(s.reshape(1, B * N, -1) * keep for s in state)
+        weights = [self.ih.weight, self.hh.weight, self.ih.bias, self.hh.bias]
+        args = (weights, True, 1, 0.0, self.training, False, False)
+        flat = x.reshape(L, B * N, -1)
+        if self.kind == "gru":
+            out, h = torch.gru(flat, h0[0], *args)
+            new_state = (h.reshape(B, N, -1),)
+        else:
+            out, h, c = torch.lstm(flat, h0, *args)
+            new_state = (h.reshape(B, N, -1), c.reshape(B, N, -1))
+        return out.reshape(L, B, N, -1), new_state

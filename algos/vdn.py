@@ -1,0 +1,438 @@
+"""VDN: value decomposition networks (Sunehag et al. 2018, "Value-Decomposition Networks For
+Cooperative Multi-Agent Learning Based On Team Reward", AAMAS, arXiv:1706.05296).
+
+Every agent has a utility Q_i(tau_i, a_i) over its own action-observation history (a GRU);
+the team value is their sum, Q_tot = sum_i Q_i. The sum is trained by TD(lambda) on the team
+reward, so credit is assigned to the agents through the gradient of the sum, and each agent
+acting greedily on its own Q_i maximises Q_tot. The same file as algos/qmix.py except the
+mixer (a sum: no state input, no parameters). Run:
+
+    python algos/vdn.py --env simple_spread
+"""
+import copy
+import os
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.tensorboard import SummaryWriter
+
+from buffers import MultiAgentRolloutBuffer
+from common.cli import ConfigError, parse_args, saved_args
+from common.run_utils import (Progress, args_dict, evaluate, load_checkpoint, new_run_dir, pick_device, rng_state,
+                              save_checkpoint, save_gif, seed_everything, set_rng_state, write_json_atomic)
+from envs import make_env, parse_env_kwargs
+from nets import QPolicy, ValueNorm, VDNMixer
+
+
+# ============================================================================ 1. ARGS
+@dataclass
+class Args:
+    # --- experiment
+    exp_name: Optional[str] = None
+    """run-name prefix (default: the algorithm's name)"""
+    seed: int = 1
+    """seed of python, numpy, torch; env copy i is seeded with seed + i"""
+    torch_deterministic: bool = True
+    """ask cuDNN for deterministic kernels"""
+    cuda: bool = True
+    """run the networks (acting, update, evaluation) on the GPU when one is present"""
+    torch_threads: int = 1
+    """CPU threads for torch"""
+    run_dir: str = "runs"
+    """each run writes <run_dir>/<run_name>/: TensorBoard logs, args.json, checkpoint.pt, summary.json"""
+    total_timesteps: int = 2_000_000
+    """training length in env steps, summed over env copies (one env step = all agents act once)"""
+    eval_every: int = 100_000
+    """greedy evaluation every this many env steps (0 disables it; a final one always runs)"""
+    eval_episodes: int = 100
+    """episodes per greedy evaluation"""
+    eval_num_envs: int = 10
+    """env copies used only for evaluation (seeded seed + 10_000 + i)"""
+    checkpoint_every: int = 500_000
+    """save <run_dir>/<run_name>/checkpoint.pt (networks, optimiser, replay) every this many env steps
+    (0: only at the end)"""
+    resume: Optional[str] = None
+    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
+    with it override them (e.g. a larger --total-timesteps)"""
+    evaluate_checkpoint: Optional[str] = None
+    """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
+    render_gif: Optional[str] = None
+    """with --evaluate-checkpoint: also save one episode as a GIF at this path"""
+    config: Optional[str] = None
+    """YAML preset of Args fields (defaults < preset < command line); unknown keys are errors"""
+
+    # --- env
+    env: str = "simple_spread"
+    """registry name (python -c 'import envs; print(envs.known_envs())'); discrete actions only"""
+    env_kwargs: Tuple[str, ...] = ()
+    """scenario arguments as KEY=VALUE, e.g. N=5 max_cycles=50"""
+    num_envs: int = 8
+    """E, env copies; every iteration plays one whole episode in each"""
+
+    # --- algorithm
+    buffer_size: int = 5000
+    """replay capacity in episodes (one episode = one env copy from reset to its end); oldest dropped"""
+    batch_size: int = 32
+    """episodes per gradient step"""
+    updates_per_iteration: int = 8
+    """gradient steps after every iteration (num_envs episodes): 8 / 8 = one step per episode played"""
+    learning_rate: float = 5e-4
+    """Adam learning rate of agents and mixer"""
+    gamma: float = 0.99
+    """discount factor"""
+    td_lambda: float = 0.6
+    """lambda of the TD(lambda) targets (0: one-step targets)"""
+    double_q: bool = True
+    """double Q-learning: the online agents pick the next action, the target agents value it"""
+    tau: float = 0.01
+    """target networks move tau of the way to the online ones every target update (1.0: hard copy)"""
+    target_update_interval: int = 1
+    """gradient steps between target updates (hard copies: --tau 1 --target-update-interval 200)"""
+    loss: Literal["mse", "huber"] = "mse"
+    """TD loss"""
+    max_grad_norm: float = 10.0
+    """global gradient-norm clip"""
+    eps_start: float = 1.0
+    """exploration: probability of a uniform random (available) action at the start"""
+    eps_finish: float = 0.05
+    """... at the end of the anneal"""
+    eps_anneal_steps: int = 200_000
+    """env steps over which epsilon falls linearly from eps_start to eps_finish"""
+    standardise_rewards: bool = True
+    """divide the team reward by its running standard deviation (same optimal policy, better-scaled TD errors)"""
+    share_params: bool = True
+    """one agent network for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
+    last_action_input: bool = True
+    """append the one-hot of the agent's previous action to its input"""
+    recurrent: Literal["gru", "none"] = "gru"
+    """recurrent core of the agent network"""
+    hidden_dim: int = 64
+    """width of the agent network (linear layer and GRU)"""
+
+
+def validate(args: Args, env=None) -> None:
+    """Reject option combinations that cannot work, saying what is accepted."""
+    for name in ("num_envs", "batch_size", "buffer_size", "updates_per_iteration", "target_update_interval",
+                 "eval_episodes", "eval_num_envs", "total_timesteps"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not 0.0 < args.tau <= 1.0:
+        raise ConfigError(f"--tau must be in (0, 1], got {args.tau}")
+    if not 0.0 <= args.td_lambda <= 1.0:
+        raise ConfigError(f"--td-lambda must be in [0, 1], got {args.td_lambda}")
+    if args.render_gif and not args.evaluate_checkpoint:
+        raise ConfigError("--render-gif needs --evaluate-checkpoint")
+    if env is not None and not env.discrete:
+        raise ConfigError(f"vdn picks argmax actions and needs discrete actions; {args.env} has continuous ones. "
+                          "For continuous actions use algos/mappo.py or algos/ippo.py (or set the env's "
+                          "continuous_actions=false)")
+
+
+# ============================================================================ 2. NETWORKS
+def build_networks(args: Args, env, device):
+    """Agent utilities Q_i on local histories; the VDN mixer sums them."""
+    agents = QPolicy(env.obs_dim, env.n_actions, env.n_agents, args.share_params, args.hidden_dim,
+                     args.recurrent, args.last_action_input).to(device)
+    mixer = VDNMixer().to(device)
+    return agents, mixer
+
+
+# ============================================================================ 3. ALGORITHM FUNCTIONS
+def epsilon_greedy(q: torch.Tensor, mask: Optional[torch.Tensor], epsilon: float) -> torch.Tensor:
+    """q (E, N, A) -> actions (E, N): with probability epsilon a uniform random available action,
+    otherwise the best available one. Unavailable actions are never chosen either way."""
+    available = torch.ones_like(q, dtype=torch.bool) if mask is None else mask.bool()
+    greedy = q.masked_fill(~available, float("-inf")).argmax(-1)
+    random = torch.rand(q.shape, device=q.device).masked_fill(~available, -1.0).argmax(-1)  # uniform over available
+    explore = torch.rand(q.shape[:-1], device=q.device) < epsilon
+    return torch.where(explore, random, greedy)
+
+
+def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: float):
+    """TD(lambda) targets, every tensor (T, B[, N]) over whole episodes (Watkins-free, as in
+    pymarl2): y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'(s_{t+1}) + lambda y_{t+1}].
+
+    next_q[t] is the target network's value of s_{t+1}. At the last step of an episode there is
+    no y_{t+1}, so the target bootstraps from Q'(s_{t+1}) alone: a time-limit truncation keeps
+    that bootstrap (the task was not over), a termination removes it. `ended` marks each
+    episode's last real step; padded steps after it never leak into real ones.
+    """
+    targets = torch.zeros_like(rewards)
+    ret = next_q[-1]
+    for t in reversed(range(rewards.shape[0])):
+        bootstrap = torch.where(ended[t] > 0, next_q[t], (1 - lam) * next_q[t] + lam * ret)
+        ret = rewards[t] + gamma * (1.0 - terminated[t]) * bootstrap
+        targets[t] = ret
+    return targets
+
+
+def with_final_step(x: torch.Tensor, final: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """(T, B, ...) per-step inputs and the (T, B, ...) "next" inputs -> (T + 1, B, ...) where row
+    lengths[b] of sequence b holds its final (post-episode) input: the whole history a recurrent
+    target network has to read before valuing s_{t+1}."""
+    out = torch.cat([x, torch.zeros_like(x[:1])])
+    b = torch.arange(x.shape[1], device=x.device)
+    out[lengths, b] = final[lengths - 1, b]
+    return out
+
+
+def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+    """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
+    with torch.no_grad():
+        for t, o in zip(target.parameters(), online.parameters()):
+            t.lerp_(o, tau)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the entries where mask is 1: padded steps do not count in the loss."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def checkpoint_payload(args, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer,
+                       sample_gen, global_step, iteration, updates):
+    """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
+    return {"algo": "vdn", "args": args_dict(args), "agents": agents.state_dict(), "mixer": mixer.state_dict(),
+            "target_agents": target_agents.state_dict(), "target_mixer": target_mixer.state_dict(),
+            "optimizer": optimizer.state_dict(), "reward_norm": reward_norm.state_dict(),
+            "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
+            "rng": rng_state(), "sample_rng": sample_gen.get_state()}
+
+
+def evaluate_checkpoint(args: Args) -> dict:
+    """Load a run's agents, run greedy episodes, print the returns (and save a GIF if asked)."""
+    device = pick_device(args.cuda)
+    ckpt = load_checkpoint(args.evaluate_checkpoint, device)
+    if ckpt["algo"] != "vdn":
+        raise ConfigError(f"{args.evaluate_checkpoint} holds a {ckpt['algo']} run; "
+                          f"evaluate it with algos/{ckpt['algo']}.py")
+    saved = Args(**saved_args(Args, ckpt["args"]))
+    env = make_env(saved.env, 1 if args.render_gif else args.eval_num_envs, args.seed + 10_000,
+                   parse_env_kwargs(saved.env_kwargs), render_mode="rgb_array" if args.render_gif else None,
+                   device=device)
+    agents, _ = build_networks(saved, env, device)
+    agents.load_state_dict(ckpt["agents"])
+    frames = [] if args.render_gif else None
+    returns = evaluate(env, agents, 1 if args.render_gif else args.eval_episodes, device, frames=frames)
+    if args.render_gif:
+        save_gif(frames, args.render_gif)
+        print(f"saved {len(frames)} frames to {args.render_gif}")
+    print(f"{saved.env}: greedy return over {len(returns)} episodes: mean {returns.mean():.2f}, "
+          f"std {returns.std():.2f}")
+    env.close()
+    return {"eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns))}
+
+
+def main(args: Args) -> dict:
+    validate(args)
+    if args.evaluate_checkpoint:
+        return evaluate_checkpoint(args)
+
+# ============================================================================ 4. SETUP
+    seed_everything(args.seed, args.torch_deterministic)
+    torch.set_num_threads(args.torch_threads)
+    device = pick_device(args.cuda)
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
+    envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
+    validate(args, envs)
+    eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
+    E, N, A = args.num_envs, envs.n_agents, envs.n_actions
+    agents, mixer = build_networks(args, envs, device)
+    target_agents, target_mixer = copy.deepcopy(agents), copy.deepcopy(mixer)
+    params = list(agents.parameters()) + list(mixer.parameters())
+    optimizer = torch.optim.Adam(params, lr=args.learning_rate)
+    reward_norm = ValueNorm().to(device)  # running statistics of the team reward (only its scale is used)
+    # One stored "episode" holds E copies, so the replay keeps buffer_size // E of them.
+    buffer = MultiAgentRolloutBuffer(N, capacity=max(1, args.buffer_size // E))
+    sample_gen = torch.Generator().manual_seed(args.seed)  # replay draws: same seed, same batches
+    global_step, start_iteration, updates = 0, 1, 0
+    if args.resume:
+        ckpt = load_checkpoint(args.resume, device)
+        if ckpt["args"]["env"] != args.env or ckpt["algo"] != "vdn":
+            raise ConfigError(f"--resume {args.resume} holds a {ckpt['algo']} run on {ckpt['args']['env']}, "
+                              f"not vdn on {args.env}")
+        for module, key in ((agents, "agents"), (mixer, "mixer"), (target_agents, "target_agents"),
+                            (target_mixer, "target_mixer"), (optimizer, "optimizer"), (reward_norm, "reward_norm")):
+            module.load_state_dict(ckpt[key])
+        buffer.load_state_dict(ckpt["replay"])
+        buffer.capacity = max(1, args.buffer_size // E)
+        global_step, start_iteration, updates = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["updates"]
+        set_rng_state(ckpt["rng"])
+        sample_gen.set_state(ckpt["sample_rng"])
+        run_path = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
+    else:
+        run_path = new_run_dir(args.run_dir, "vdn", args.env, args.seed, args.exp_name)
+    writer = SummaryWriter(run_path)
+    write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
+    progress = Progress(args.total_timesteps)
+
+    eval_history, eval_returns, train_returns, train_lengths = [], np.array([np.nan]), [], []
+    next_eval = (global_step // args.eval_every + 1) * args.eval_every if args.eval_every else None
+    next_ckpt = (global_step // args.checkpoint_every + 1) * args.checkpoint_every if args.checkpoint_every else None
+    start_time, eval_time, start_step = time.time(), 0.0, global_step
+    stats, iteration, fresh = {}, start_iteration - 1, False
+    while global_step < args.total_timesteps:
+        iteration += 1
+
+# ============================================================================ 5. ROLLOUT
+        # One whole episode in every copy. Copies that finish early keep stepping (the adapter
+        # auto-resets them) but those steps are marked invalid and never trained on.
+        t_rollout = time.time()
+        if not fresh:
+            obs, state, mask = envs.reset()
+            obs, state = torch.as_tensor(obs, device=device), torch.as_tensor(state, device=device)
+            mask = None if mask is None else torch.as_tensor(mask, device=device)
+        epsilon = max(args.eps_finish, args.eps_start - (args.eps_start - args.eps_finish)
+                      * global_step / args.eps_anneal_steps)
+        agent_state = agents.initial_state(E, device)
+        starts = torch.ones(1, E, N, device=device)
+        running = torch.ones(E, dtype=torch.bool, device=device)  # (E,) still in this iteration's episode
+        buffer.reset_current_episode()
+        while running.any():
+            with torch.no_grad():
+                greedy, agent_state = agents(obs[None], agent_state, starts, None if mask is None else mask[None])
+                action = epsilon_greedy(greedy.q[0], mask, epsilon)  # (E, N)
+                agent_state = agents.remember(agent_state, action)
+            result = envs.step(action)
+            final_obs = torch.as_tensor(result.final_obs, device=device)
+            final_state = torch.as_tensor(result.final_state, device=device)
+            final_mask = result.final_action_mask if result.final_action_mask is not None else result.action_mask
+            valid = running[:, None].expand(E, N).float()  # (E, N)
+            buffer.add_transition(
+                states=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
+                next_states=final_obs, dones=torch.as_tensor(result.terminated, device=device).float(),
+                truncated=torch.as_tensor(result.truncated, device=device).float(), valid=valid,
+                global_states=state[:, None].expand(E, N, state.shape[-1]),  # (E, N, state_dim)
+                next_global_states=final_state[:, None].expand(E, N, final_state.shape[-1]),
+                **({} if mask is None else {"action_masks": mask,
+                                            "next_action_masks": torch.as_tensor(final_mask, device=device)}))
+            global_step += int(running.sum())
+            done = torch.as_tensor(result.done, device=device)
+            finished = done & running
+            if finished.any():
+                train_returns.extend(torch.as_tensor(result.episode_return)[finished.cpu()].sum(-1).tolist())
+                train_lengths.extend(torch.as_tensor(result.episode_length)[finished.cpu()].tolist())
+            running = running & ~done
+            fresh = bool(done.all())  # every copy has just auto-reset: the next episode starts here
+            obs, state = torch.as_tensor(result.obs, device=device), torch.as_tensor(result.state, device=device)
+            mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
+            starts = torch.zeros(1, E, N, device=device)
+        episode = buffer.end_episode()
+        if args.standardise_rewards:  # running scale of the team reward, from every real step played
+            played = torch.stack(episode["extras"]["valid"].steps)[..., 0].bool()  # (T, E)
+            reward_norm.update(torch.stack(episode["rewards"].steps).sum(-1)[played])
+        rollout_s = time.time() - t_rollout
+
+# ============================================================================ 6. POSTPROCESS
+        # (inside the update loop: every gradient step draws its own batch of stored episodes)
+        t_update = time.time()
+        stored = sum(ep["rewards"].steps[0].shape[0] for ep in buffer.episodes)
+        for _ in range(args.updates_per_iteration if stored >= args.batch_size else 0):
+            b = buffer.sample_episodes(args.batch_size, sample_gen, device)
+            b = {k: v.transpose(0, 1) for k, v in b.items()}  # time first: (T, B, N, ...)
+            step_mask = b["filled"] * b["valid"][..., 0]  # (T, B) 1 on real steps of real episodes
+            lengths = step_mask.sum(0).long()  # (B,)
+            T, B = step_mask.shape
+            ended = step_mask * (1.0 - torch.cat([step_mask[1:], torch.zeros_like(step_mask[:1])]))  # last real step
+            terminated = ended * b["dones"].amax(-1)  # (T, B): the episode ended by the task, not the clock
+            team_reward = b["rewards"].sum(-1)  # (T, B), R_pz3 units for mpe2
+            if args.standardise_rewards:
+                team_reward = team_reward / reward_norm.stats()[1].sqrt()
+            # Inputs for steps 0..T: the observed history plus each episode's final observation.
+            obs_all = with_final_step(b["states"], b["next_states"], lengths)  # (T+1, B, N, obs_dim)
+            state_all = with_final_step(b["global_states"][:, :, 0], b["next_global_states"][:, :, 0], lengths)
+            mask_all = (with_final_step(b["action_masks"], b["next_action_masks"], lengths).bool()
+                        if "action_masks" in b else None)  # (T+1, B, N, A)
+            actions = b["actions"].long()  # (T, B, N)
+            last_all = torch.cat([torch.zeros(1, B, N, A, device=device), F.one_hot(actions, A).float()])
+
+            # Online utilities over the whole history; Q_i of the actions taken, mixed into Q_tot.
+            starts_all = torch.zeros(T + 1, B, N, device=device)
+            starts_all[0] = 1.0  # every sequence starts an episode
+            q_all, _ = agents.q_values(obs_all, last_all, agents.net.initial_state(B, device), starts_all)  # (T+1, B, N, A)
+            q_taken = q_all[:-1].gather(-1, actions[..., None]).squeeze(-1)  # (T, B, N)
+            q_tot = mixer(q_taken, state_all[:-1])  # (T, B)
+            with torch.no_grad():
+                tq_all, _ = target_agents.q_values(obs_all, last_all, target_agents.net.initial_state(B, device),
+                                                   starts_all)  # (T+1, B, N, A)
+                chooser = q_all if args.double_q else tq_all  # double Q: the online net picks a*
+                if mask_all is not None:
+                    chooser = chooser.masked_fill(~mask_all, float("-inf"))
+                best_next = chooser[1:].argmax(-1, keepdim=True)  # (T, B, N, 1)
+                tq_next = tq_all[1:].gather(-1, best_next).squeeze(-1)  # (T, B, N)
+                next_q_tot = target_mixer(tq_next, state_all[1:])  # (T, B)
+                targets = td_lambda_targets(team_reward, next_q_tot, terminated, ended, args.gamma, args.td_lambda)
+            td_error = q_tot - targets
+            per_step = td_error ** 2 if args.loss == "mse" else F.smooth_l1_loss(q_tot, targets, reduction="none")
+            loss = masked_mean(per_step, step_mask)
+
+# ============================================================================ 7. UPDATE
+            optimizer.zero_grad()
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+            optimizer.step()
+            updates += 1
+            if updates % args.target_update_interval == 0:
+                soft_update(target_agents, agents, args.tau)
+                soft_update(target_mixer, mixer, args.tau)
+            stats = dict(td_loss=loss.item(), q_taken_mean=masked_mean(q_tot.detach(), step_mask).item(),
+                         target_mean=masked_mean(targets, step_mask).item(), grad_norm=grad_norm.item())
+        update_s = time.time() - t_update
+
+# ============================================================================ 8. LOGGING
+        if args.eval_every and global_step >= next_eval:
+            t_eval = time.time()
+            eval_returns = evaluate(eval_envs, agents, args.eval_episodes, device)
+            eval_time += time.time() - t_eval
+            eval_history.append((global_step, float(eval_returns.mean())))
+            writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
+            next_eval += args.eval_every
+        sps = (global_step - start_step) / max(time.time() - start_time - eval_time, 1e-9)
+        if train_returns:
+            writer.add_scalar("charts/episodic_return", np.mean(train_returns), global_step)
+            writer.add_scalar("charts/episodic_length", np.mean(train_lengths), global_step)
+        writer.add_scalar("charts/epsilon", epsilon, global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        for key, value in stats.items():
+            writer.add_scalar(f"losses/{key}", value, global_step)
+        writer.add_scalar("timers/rollout_s", rollout_s, global_step)
+        writer.add_scalar("timers/update_s", update_s, global_step)
+        progress.maybe_print(global_step, sps, {"train_return": np.mean(train_returns) if train_returns else None,
+                                                "eval_return": eval_history[-1][1] if eval_history else None,
+                                                "epsilon": epsilon, "td_loss": stats.get("td_loss")})
+        train_returns, train_lengths = [], []
+        if next_ckpt is not None and global_step >= next_ckpt:
+            save_checkpoint(os.path.join(run_path, "checkpoint.pt"), checkpoint_payload(
+                args, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen,
+                global_step, iteration, updates))
+            next_ckpt += args.checkpoint_every
+
+    # Final greedy evaluation (unless one just ran) and the run's files.
+    if not eval_history or eval_history[-1][0] != global_step:
+        t_eval = time.time()
+        eval_returns = evaluate(eval_envs, agents, args.eval_episodes, device)
+        eval_time += time.time() - t_eval
+        eval_history.append((global_step, float(eval_returns.mean())))
+        writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
+    save_checkpoint(os.path.join(run_path, "checkpoint.pt"), checkpoint_payload(
+        args, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen,
+        global_step, iteration, updates))
+    summary = {"algo": "vdn", "env": args.env, "seed": args.seed, "global_step": global_step,
+               "wall_time_s": time.time() - start_time, "sps": (global_step - start_step) / max(
+                   time.time() - start_time - eval_time, 1e-9),
+               "eval_return_mean": float(eval_returns.mean()), "eval_return_std": float(eval_returns.std()),
+               "eval_episodes": int(len(eval_returns)), "eval_history": eval_history, "run_dir": run_path,
+               "final_losses": stats}
+    write_json_atomic(os.path.join(run_path, "summary.json"), summary)
+    progress.maybe_print(global_step, summary["sps"], {"eval_return": summary["eval_return_mean"]}, force=True)
+    writer.close()
+    envs.close()
+    eval_envs.close()
+    return summary
+
+
+if __name__ == "__main__":
+    main(parse_args(Args, description=__doc__))

@@ -1,0 +1,182 @@
+"""IQL, VDN, QMIX, QPLEX: targets worked by hand, replay masks, exploration, learning a matrix game."""
+import importlib
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from common.cli import ConfigError, make_args
+from nets import QPolicy
+
+ALGOS = ["iql", "vdn", "qmix", "qplex"]
+MODULES = {name: importlib.import_module(f"algos.{name}") for name in ALGOS}
+REFERENCE = MODULES["qmix"]  # the other files carry copies of its short functions: they must agree
+
+
+def tiny(algo, tmp_path, **overrides):
+    """Settings small enough for a test: a feed-forward 16-unit agent, few updates."""
+    base = dict(num_envs=4, batch_size=4, updates_per_iteration=1, hidden_dim=16, eval_every=0, eval_episodes=4,
+                eval_num_envs=2, checkpoint_every=0, run_dir=str(tmp_path), total_timesteps=200)
+    base.update(overrides)
+    return make_args(MODULES[algo].Args, **base)
+
+
+# ---------------------------------------------------------------------------- TD(lambda) targets
+def test_td_lambda_one_step_by_hand():
+    """lambda = 0: y_t = r_t + gamma (1 - term_t) Q'(s_{t+1})."""
+    r = torch.tensor([[1.0], [2.0], [3.0]])  # (T=3, B=1)
+    next_q = torch.tensor([[10.0], [20.0], [30.0]])
+    term = torch.tensor([[0.0], [0.0], [1.0]])
+    ended = torch.tensor([[0.0], [0.0], [1.0]])
+    y = REFERENCE.td_lambda_targets(r, next_q, term, ended, gamma=0.5, lam=0.0)
+    assert torch.allclose(y[:, 0], torch.tensor([1 + 0.5 * 10, 2 + 0.5 * 20, 3.0]))
+
+
+def test_td_lambda_termination_vs_truncation_by_hand():
+    """lambda = 1 gives the discounted return; at the last step a truncation bootstraps from
+    Q'(s_T) and a termination does not."""
+    r = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])  # (T=3, B=2): column 0 terminates, 1 truncates
+    next_q = torch.full((3, 2), 8.0)
+    ended = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    term = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    y = REFERENCE.td_lambda_targets(r, next_q, term, ended, gamma=0.5, lam=1.0)
+    assert torch.allclose(y[:, 0], torch.tensor([1 + 0.5 + 0.25, 1 + 0.5, 1.0]))
+    assert torch.allclose(y[:, 1], torch.tensor([1 + 0.5 + 0.25 * (1 + 0.5 * 8), 1 + 0.5 * (1 + 0.5 * 8), 1 + 0.5 * 8]))
+
+
+def test_td_lambda_mixes_and_ignores_padding():
+    """Intermediate lambda mixes the one-step bootstrap and the next target; a sequence that
+    ended at t=1 is not influenced by the padded (garbage) step after it."""
+    r = torch.tensor([[1.0], [1.0], [99.0]])
+    next_q = torch.tensor([[4.0], [6.0], [99.0]])
+    ended = torch.tensor([[0.0], [1.0], [0.0]])  # last real step is t=1; t=2 is padding
+    term = torch.tensor([[0.0], [0.0], [0.0]])  # truncated at t=1
+    lam, gamma = 0.6, 0.9
+    y = REFERENCE.td_lambda_targets(r, next_q, term, ended, gamma, lam)
+    y1 = 1 + gamma * 6
+    assert torch.allclose(y[1, 0], torch.tensor(y1))
+    assert torch.allclose(y[0, 0], torch.tensor(1 + gamma * ((1 - lam) * 4 + lam * y1)))
+
+
+def test_with_final_step_places_each_final_observation():
+    x = torch.arange(6.0).view(3, 2, 1)  # (T=3, B=2, 1)
+    nxt = x + 100
+    lengths = torch.tensor([3, 1])
+    out = REFERENCE.with_final_step(x, nxt, lengths)
+    assert out.shape == (4, 2, 1)
+    assert out[3, 0, 0] == nxt[2, 0, 0] and out[1, 1, 0] == nxt[0, 1, 0]
+    assert torch.equal(out[:3, 0], x[:, 0])
+
+
+@pytest.mark.parametrize("algo", ["iql", "vdn", "qplex"])
+def test_copied_functions_agree_with_qmix(algo):
+    """STYLE.md allows short algorithmic copies across files, checked against one reference."""
+    m = MODULES[algo]
+    g = torch.Generator().manual_seed(0)
+    r, q = torch.randn(6, 4, generator=g), torch.randn(6, 4, generator=g)
+    term = (torch.rand(6, 4, generator=g) < 0.2).float()
+    ended = torch.maximum(term, (torch.rand(6, 4, generator=g) < 0.2).float())
+    assert torch.equal(m.td_lambda_targets(r, q, term, ended, 0.9, 0.6),
+                       REFERENCE.td_lambda_targets(r, q, term, ended, 0.9, 0.6))
+    x, lengths = torch.randn(5, 3, 2, generator=g), torch.tensor([5, 2, 1])
+    assert torch.equal(m.with_final_step(x, x + 1, lengths), REFERENCE.with_final_step(x, x + 1, lengths))
+    mask = torch.rand(6, 4, generator=g) < 0.5
+    assert torch.equal(m.masked_mean(r, mask.float()), REFERENCE.masked_mean(r, mask.float()))
+
+
+# ---------------------------------------------------------------------------- acting
+def test_epsilon_greedy_honours_masks():
+    q = torch.tensor([[[5.0, 1.0, 9.0]]]).expand(200, 1, 3)  # (E, N, A): action 2 is best but unavailable
+    mask = torch.tensor([True, True, False]).expand(200, 1, 3)
+    greedy = REFERENCE.epsilon_greedy(q, mask, 0.0)
+    assert (greedy == 0).all()
+    random = REFERENCE.epsilon_greedy(q, mask, 1.0)
+    assert set(random.unique().tolist()) == {0, 1}
+
+
+def test_qpolicy_carries_and_resets_the_last_action():
+    torch.manual_seed(0)
+    policy = QPolicy(obs_dim=3, n_actions=4, n_agents=2, hidden_dim=8, recurrent="gru", last_action_input=True)
+    state = policy.initial_state(5)
+    assert len(state) == 2 and state[1].shape == (5, 2, 4)
+    obs = torch.randn(1, 5, 2, 3)
+    greedy, state = policy(obs, state, torch.ones(1, 5, 2))
+    state = policy.remember(state, greedy.mode()[0])
+    assert (state[1].sum(-1) == 1).all()  # one-hot of the chosen actions
+    # Same obs with the last action zeroed at an episode start equals a fresh start.
+    fresh, _ = policy(obs, policy.initial_state(5), torch.ones(1, 5, 2))
+    restarted, _ = policy(obs, (torch.zeros_like(state[0]), state[1]), torch.ones(1, 5, 2))
+    assert torch.allclose(fresh.q, restarted.q)
+
+
+# ---------------------------------------------------------------------------- replay
+def test_replay_padding_lines_up_with_stored_episodes():
+    from buffers import MultiAgentRolloutBuffer
+
+    buf = MultiAgentRolloutBuffer(2, capacity=10)
+    for T in (3, 5):
+        buf.reset_current_episode()
+        for t in range(T):
+            step = torch.full((4, 2), float(T * 10 + t))  # (E=4, N=2): value encodes (episode, step)
+            buf.add_transition(states=step[..., None], actions=step, rewards=step, next_states=step[..., None],
+                               dones=torch.zeros(4, 2), valid=torch.ones(4, 2))
+        buf.end_episode()
+    b = buf.sample_episodes(64, torch.Generator().manual_seed(1))
+    assert b["rewards"].shape == (64, 5, 2) and b["filled"].shape == (64, 5)
+    lengths = b["filled"].sum(1)
+    assert set(lengths.tolist()) == {3.0, 5.0}
+    for seq, n in zip(b["rewards"], lengths.long()):
+        T = int(n)
+        assert torch.equal(seq[:T, 0], torch.arange(T) + T * 10.0)  # real steps in order
+        assert (seq[T:] == 0).all()  # padding
+    state = buf.state_dict()
+    again = MultiAgentRolloutBuffer(1)
+    again.load_state_dict(state)
+    assert len(again.episodes) == 2 and torch.equal(again.episodes[1]["rewards"][1][4], buf.episodes[1]["rewards"][1][4])
+
+
+# ---------------------------------------------------------------------------- learning
+@pytest.mark.parametrize("algo", ["vdn", "qmix"])
+def test_learns_the_optimal_joint_action_of_a_matrix_game(algo, tmp_path):
+    """Coordination game: (0, 0) pays 10 to both agents (return 20), every other pair at most 5."""
+    torch.manual_seed(0)
+    args = tiny(algo, tmp_path, env="matrix_game", num_envs=16, batch_size=32, updates_per_iteration=2,
+                total_timesteps=1600, eps_anneal_steps=800, learning_rate=5e-3, recurrent="none",
+                last_action_input=False, eval_episodes=8)
+    summary = MODULES[algo].main(args)
+    assert summary["eval_return_mean"] == 20.0
+
+
+# ---------------------------------------------------------------------------- runs
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("env", ["torch:simple_spread", "simple_reference"])
+def test_smoke(algo, env, tmp_path):
+    args = tiny(algo, tmp_path, env=env, num_envs=2, batch_size=2, total_timesteps=100, eval_every=50)
+    summary = MODULES[algo].main(args)
+    assert summary["global_step"] == 100 and np.isfinite(summary["eval_return_mean"])
+    assert np.isfinite(summary["final_losses"]["td_loss"])
+    assert len(summary["eval_history"]) == 2
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_continuous_env_is_rejected_with_the_algorithms_that_fit(algo, tmp_path):
+    args = tiny(algo, tmp_path, env="simple_spread", env_kwargs=("continuous_actions=true",))
+    with pytest.raises(ConfigError, match="mappo"):
+        MODULES[algo].main(args)
+
+
+def test_resume_restores_replay_and_counters(tmp_path):
+    m = MODULES["qmix"]
+    first = m.main(tiny("qmix", tmp_path, env="torch:simple_spread", total_timesteps=200))
+    ckpt = torch.load(os.path.join(first["run_dir"], "checkpoint.pt"), weights_only=True)
+    assert len(ckpt["replay"]["episodes"]) == 2 and ckpt["updates"] == 2
+    resumed = m.main(make_args(m.Args, resume=first["run_dir"], total_timesteps=300))
+    assert resumed["global_step"] == 300 and resumed["run_dir"] == first["run_dir"]
+
+
+def test_same_seed_same_losses(tmp_path):
+    m = MODULES["qmix"]
+    a = m.main(tiny("qmix", tmp_path / "a", env="torch:simple_spread"))
+    b = m.main(tiny("qmix", tmp_path / "b", env="torch:simple_spread"))
+    assert a["final_losses"] == b["final_losses"]
