@@ -64,7 +64,7 @@ class Args:
     """registry name (python -c 'import envs; print(envs.known_envs())')"""
     env_kwargs: Tuple[str, ...] = ()
     """scenario arguments as KEY=VALUE, e.g. N=5 max_cycles=50 continuous_actions=true"""
-    num_envs: int = 16
+    num_envs: int = 32
     """E, env copies stepped together in the rollout"""
 
     # --- algorithm
@@ -74,11 +74,11 @@ class Args:
     """Adam learning rate of actor and critic"""
     anneal_lr: bool = True
     """decay the learning rate linearly over total_timesteps (the last iteration uses lr / num_iterations)"""
-    gamma: float = 0.99
-    """discount factor"""
+    gamma: float = 0.95
+    """discount factor (0.95: a horizon near MPE's 25-step episodes learns much faster than 0.99 there)"""
     gae_lambda: float = 0.95
     """lambda of generalised advantage estimation"""
-    update_epochs: int = 5
+    update_epochs: int = 10
     """passes over each rollout in the update"""
     num_minibatches: int = 1
     """minibatches per epoch"""
