@@ -6,6 +6,7 @@ point within each budget and its final point, beside the bars and reference numb
 
     MAPPO >= -30 within 2M env steps, >= -25 within 10M;  IPPO >= -32 within 2M
     QMIX, VDN, QPLEX >= -30 within 2M;  IQL >= -35 within 2M
+    VDPPO >= -28 within 5M;  MAA2C, VDA2C, IA2C >= -35;  COMA >= -40;  IPG >= -50 (5M)
     random -79, scripted (optimal assignment) -22.6 (REFERENCE.md)
 
     python benchmarks/learning_mpe.py --algo mappo ippo --seeds 3 --total-timesteps 2000000
@@ -25,7 +26,9 @@ import numpy as np
 import run as launcher
 
 BARS = {("mappo", 2_000_000): -30.0, ("mappo", 10_000_000): -25.0, ("ippo", 2_000_000): -32.0,
-        ("qmix", 2_000_000): -30.0, ("vdn", 2_000_000): -30.0, ("qplex", 2_000_000): -30.0, ("iql", 2_000_000): -35.0}
+        ("qmix", 2_000_000): -30.0, ("vdn", 2_000_000): -30.0, ("qplex", 2_000_000): -30.0, ("iql", 2_000_000): -35.0,
+        ("vdppo", 5_000_000): -28.0, ("maa2c", 5_000_000): -35.0, ("vda2c", 5_000_000): -35.0,
+        ("ia2c", 5_000_000): -35.0, ("coma", 5_000_000): -40.0, ("ipg", 5_000_000): -50.0}
 SPREAD_NAMES = ("simple_spread", "simple_spread_v3", "mpe2:simple_spread", "torch:simple_spread", "torch:simple_spread_v3")
 RANDOM, SCRIPTED = -79.0, -22.6
 

@@ -1,0 +1,419 @@
+"""IPG: independent policy gradient, REINFORCE with returns-to-go for every agent (Williams 1992,
+"Simple Statistical Gradient-Following Algorithms for Connectionist Reinforcement Learning";
+the baseline as in Sutton and Barto 2018, section 13.4), optionally with a learned baseline.
+
+Each agent weights the log-probability of its actions by its own Monte Carlo return from that
+step to the end of the episode, minus a baseline learned from its own observation (and the time).
+Rollouts hold whole episodes, so no return depends on a learned value. Run:
+
+    python algos/ipg.py --env simple_spread
+"""
+import os
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional, Tuple
+
+import numpy as np
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+from buffers import MultiAgentRolloutBuffer
+from common.cli import ConfigError, parse_args, saved_args
+from common.run_utils import (Progress, args_dict, evaluate, load_checkpoint, pick_device, new_run_dir, rng_state,
+                              save_checkpoint, save_gif, seed_everything, set_rng_state, write_json_atomic)
+from envs import make_env, parse_env_kwargs
+from nets import Actor, Critic, ValueNorm, explained_variance
+
+
+# ============================================================================ 1. ARGS
+@dataclass
+class Args:
+    # --- experiment
+    exp_name: Optional[str] = None
+    """run-name prefix (default: the algorithm's name)"""
+    seed: int = 1
+    """seed of python, numpy, torch; env copy i is seeded with seed + i"""
+    torch_deterministic: bool = True
+    """ask cuDNN for deterministic kernels"""
+    cuda: bool = True
+    """run the networks (acting, update, evaluation) on the GPU when one is present; envs step on the CPU"""
+    torch_threads: int = 1
+    """CPU threads for torch; the networks are small, and 1 thread leaves a core for the env"""
+    run_dir: str = "runs"
+    """each run writes <run_dir>/<run_name>/: TensorBoard logs, args.json, checkpoint.pt, summary.json"""
+    total_timesteps: int = 10_000_000
+    """training length in env steps, summed over env copies (one env step = all agents act once)"""
+    eval_every: int = 100_000
+    """greedy evaluation every this many env steps (0 disables it; a final one always runs)"""
+    eval_episodes: int = 100
+    """episodes per greedy evaluation"""
+    eval_num_envs: int = 10
+    """env copies used only for evaluation (seeded seed + 10_000 + i)"""
+    checkpoint_every: int = 500_000
+    """save <run_dir>/<run_name>/checkpoint.pt every this many env steps (0: only at the end)"""
+    resume: Optional[str] = None
+    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
+    with it override them (e.g. a larger --total-timesteps)"""
+    evaluate_checkpoint: Optional[str] = None
+    """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
+    render_gif: Optional[str] = None
+    """with --evaluate-checkpoint: also save one episode as a GIF at this path"""
+    config: Optional[str] = None
+    """YAML preset of Args fields (defaults < preset < command line); unknown keys are errors"""
+
+    # --- env
+    env: str = "simple_spread"
+    """registry name (python -c 'import envs; print(envs.known_envs())')"""
+    env_kwargs: Tuple[str, ...] = ()
+    """scenario arguments as KEY=VALUE, e.g. N=5 max_cycles=50 continuous_actions=true"""
+    num_envs: int = 32
+    """E, env copies stepped together in the rollout (E whole episodes per rollout with the default T)"""
+
+    # --- algorithm
+    num_steps: int = 25
+    """T, steps per env copy in each rollout (one iteration = T * E env steps and one gradient step). The
+    returns are Monte Carlo, so every rollout must end where every copy's episode ends: T a multiple of
+    the episode length (mpe2: max_cycles, 25 by default); a rollout that cuts an episode stops the run
+    with an error unless --bootstrap-cut"""
+    learning_rate: float = 3e-3
+    """Adam learning rate of the policy and the baseline"""
+    anneal_lr: bool = True
+    """decay the learning rate linearly over total_timesteps (the last iteration uses lr / num_iterations)"""
+    gamma: float = 0.99
+    """discount factor of the returns-to-go"""
+    baseline: bool = True
+    """subtract a learned baseline V(o^i_t, tau_t) (own observation, time feature) from the return-to-go;
+    --no-baseline: plain REINFORCE, weighting log-probs by the return-to-go itself"""
+    bootstrap_cut: bool = False
+    """where a rollout ends inside an episode, complete that episode's returns-to-go with the baseline's
+    V(o_T) (needs --baseline; those returns are then no longer pure Monte Carlo). Off: such a rollout is
+    an error"""
+    time_feature: bool = True
+    """the baseline also sees how far its episode has run (steps since the start, divided by T): a
+    return-to-go shrinks as the episode runs out, which the observation does not show"""
+    norm_adv: bool = True
+    """normalise the weights (return-to-go minus baseline) to zero mean and unit std over the rollout"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 1.0
+    """baseline-loss coefficient"""
+    max_grad_norm: float = 10.0
+    """global gradient-norm clip"""
+    value_norm: bool = True
+    """the baseline predicts returns normalised with running statistics (MAPPO's ValueNorm)"""
+    share_params: bool = True
+    """one policy and one baseline for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
+    recurrent: Literal["none", "gru", "lstm"] = "none"
+    """recurrent core in policy and baseline (trained on each copy's whole rollout of T steps)"""
+    hidden_sizes: Tuple[int, ...] = (64, 64)
+    """hidden layer widths of policy and baseline"""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """hidden activation"""
+
+    @property
+    def batch_size(self) -> int:
+        """env steps per iteration"""
+        return self.num_steps * self.num_envs
+
+    @property
+    def num_iterations(self) -> int:
+        return max(1, self.total_timesteps // self.batch_size)
+
+
+def validate(args: Args) -> None:
+    """Reject option combinations that cannot work, saying what is accepted."""
+    for name in ("num_envs", "num_steps", "eval_episodes", "eval_num_envs", "total_timesteps"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.bootstrap_cut and not args.baseline:
+        raise ConfigError("--bootstrap-cut completes cut episodes with the learned baseline, so it needs "
+                          "--baseline; without one, make --num-steps a multiple of the episode length")
+    if args.render_gif and not args.evaluate_checkpoint:
+        raise ConfigError("--render-gif needs --evaluate-checkpoint")
+
+
+# ============================================================================ 2. NETWORKS
+def build_networks(args: Args, env, device):
+    """Decentralised policy on local obs; with --baseline, a decentralised baseline V(o^i) (else None)."""
+    action_size = env.n_actions if env.discrete else env.action_dim
+    actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
+                  args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
+    baseline_dim = env.obs_dim + int(args.time_feature)  # own observation [+ the time feature]
+    critic = Critic(baseline_dim, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
+                    args.activation).to(device) if args.baseline else None
+    return actor, critic
+
+
+# ============================================================================ 3. ALGORITHM FUNCTIONS
+def returns_to_go(rewards, terminated, truncated, last_values, gamma: float):
+    """Discounted Monte Carlo return from each step to its episode's end, all tensors (T, E, N).
+
+    G_t = r_t + gamma * (1 - end_t) * G_{t+1} with G_T = last_values (E, N), where end_t is 1
+    if the agent's episode ended at step t by termination *or* by the time limit: REINFORCE
+    follows the gradient of the return of the episode as it is played, so the return stops
+    at a time limit too, and nothing is bootstrapped from a learned value. last_values only
+    continue episodes that the rollout itself cut (V(o_T) with --bootstrap-cut, else zeros).
+    """
+    episode_ends = torch.maximum(terminated, truncated)
+    returns = torch.zeros_like(rewards)
+    running = last_values
+    for t in reversed(range(rewards.shape[0])):
+        running = rewards[t] + gamma * (1.0 - episode_ends[t]) * running
+        returns[t] = running
+    return returns
+
+
+def baseline_inputs(obs: torch.Tensor, elapsed: torch.Tensor, T: int, time_feature: bool) -> torch.Tensor:
+    """The baseline's input, (E, N, obs_dim), (E,) -> (E, N, obs_dim [+ 1]): each agent's own
+    observation, with the time feature the fraction of T steps its episode has run. Any function
+    of the state and of time is a valid baseline (it does not depend on the action), so the policy
+    gradient stays unbiased; only its variance changes (time-aware values: Pardo et al. 2018)."""
+    if not time_feature:
+        return obs
+    E, N, _ = obs.shape
+    return torch.cat([obs, (elapsed / T)[:, None, None].expand(E, N, 1)], dim=-1)  # (E, N, obs_dim + 1)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def parameters(actor, critic) -> list:
+    """The trained parameters: the policy's, and the baseline's when there is one."""
+    return list(actor.parameters()) + (list(critic.parameters()) if critic is not None else [])
+
+
+def checkpoint_payload(args, actor, critic, value_norm, optimizer, global_step, iteration):
+    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts."""
+    return {"algo": "ipg", "args": args_dict(args), "actor": actor.state_dict(),
+            "critic": critic.state_dict() if critic is not None else {}, "value_norm": value_norm.state_dict(),
+            "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
+            "rng": rng_state()}
+
+
+def evaluate_checkpoint(args: Args) -> dict:
+    """Load a run's policy, run greedy episodes, print the returns (and save a GIF if asked)."""
+    device = pick_device(args.cuda)
+    ckpt = load_checkpoint(args.evaluate_checkpoint, device)
+    if ckpt["algo"] != "ipg":
+        raise ConfigError(f"{args.evaluate_checkpoint} holds a {ckpt['algo']} run; "
+                          f"evaluate it with algos/{ckpt['algo']}.py")
+    saved = Args(**saved_args(Args, ckpt["args"]))
+    env = make_env(saved.env, 1 if args.render_gif else args.eval_num_envs, args.seed + 10_000,
+                   parse_env_kwargs(saved.env_kwargs), render_mode="rgb_array" if args.render_gif else None,
+                   device=device)
+    actor, _ = build_networks(saved, env, device)
+    actor.load_state_dict(ckpt["actor"])
+    frames = [] if args.render_gif else None
+    returns = evaluate(env, actor, 1 if args.render_gif else args.eval_episodes, device, frames=frames)
+    if args.render_gif:
+        save_gif(frames, args.render_gif)
+        print(f"saved {len(frames)} frames to {args.render_gif}")
+    print(f"{saved.env}: greedy return over {len(returns)} episodes: mean {returns.mean():.2f}, "
+          f"std {returns.std():.2f}, min {returns.min():.2f}, max {returns.max():.2f}")
+    return {"eval_return_mean": float(returns.mean()), "eval_episodes": len(returns)}
+
+
+def main(args: Args) -> dict:
+    validate(args)
+    if args.evaluate_checkpoint:
+        return evaluate_checkpoint(args)
+
+# ============================================================================ 4. SETUP
+    seed_everything(args.seed, args.torch_deterministic)
+    torch.set_num_threads(args.torch_threads)
+    device = pick_device(args.cuda)
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
+    envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
+    eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
+    E, N, T = args.num_envs, envs.n_agents, args.num_steps
+    actor, critic = build_networks(args, envs, device)
+    value_norm = ValueNorm().to(device)
+    optimizer = torch.optim.Adam(parameters(actor, critic), lr=args.learning_rate, eps=1e-5)
+    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    global_step, start_iteration = 0, 1
+    if args.resume:
+        ckpt = load_checkpoint(args.resume, device)
+        if ckpt["args"]["env"] != args.env or ckpt["algo"] != "ipg":
+            raise ConfigError(f"--resume {args.resume} holds a {ckpt['algo']} run on {ckpt['args']['env']}, "
+                              f"not ipg on {args.env}")
+        actor.load_state_dict(ckpt["actor"])
+        if critic is not None:
+            critic.load_state_dict(ckpt["critic"])
+        value_norm.load_state_dict(ckpt["value_norm"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
+        set_rng_state(ckpt["rng"])
+        run_path = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
+    else:
+        run_path = new_run_dir(args.run_dir, "ipg", args.env, args.seed, args.exp_name)
+    writer = SummaryWriter(run_path)
+    write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
+    progress = Progress(args.total_timesteps)
+
+    obs_np, _, mask_np = envs.reset()  # the global state is not used: everything is per agent
+    obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
+    mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, n_actions)
+    starts = torch.ones(E, N, device=device)  # 1 where an episode starts: recurrent states reset there
+    actor_state = actor.initial_state(E, device)  # tuple of (E, N, H), or None
+    critic_state = critic.initial_state(E, device) if critic is not None else None
+    elapsed = torch.zeros(E, device=device)  # (E,) steps since each copy's episode started
+    eval_history, eval_returns, train_returns, train_lengths, agent_returns = [], np.array([np.nan]), [], [], []
+    next_eval = (global_step // args.eval_every + 1) * args.eval_every if args.eval_every else None
+    next_ckpt = (global_step // args.checkpoint_every + 1) * args.checkpoint_every if args.checkpoint_every else None
+    start_time, eval_time, start_step = time.time(), 0.0, global_step
+
+    stats = {}
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - (iteration - 1) / args.num_iterations)
+
+# ============================================================================ 5. ROLLOUT
+        t_rollout = time.time()
+        buffer.reset_current_episode()
+        # The update replays each copy's whole rollout as one sequence from these states; the
+        # networks do not change in between, so it rebuilds exactly the rollout's states.
+        first_actor_state, first_critic_state = actor_state, critic_state
+        for step in range(T):
+            global_step += E
+            extras = {"episode_starts": starts}
+            if critic is not None:
+                extras["baseline_inputs"] = baseline_inputs(obs, elapsed, T, args.time_feature)
+            if mask is not None:
+                extras["action_masks"] = mask
+            with torch.no_grad():
+                dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
+                action = dist.sample()  # (1, E, N) or (1, E, N, act_dim)
+                logprob = dist.log_prob(action)  # (1, E, N)
+                value = None  # the baseline V(o_t, tau_t), (1, E, N)
+                if critic is not None:
+                    value, critic_state = critic(extras["baseline_inputs"][None], critic_state, starts[None])
+            result = envs.step(action[0])  # a torch env keeps it on the device
+            ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
+            buffer.add_transition(
+                states=obs, actions=action[0], log_probs=logprob[0], state_values=None if value is None else value[0],
+                rewards=torch.as_tensor(result.reward, device=device),
+                next_states=torch.as_tensor(result.final_obs, device=device),
+                dones=torch.as_tensor(result.terminated, device=device).float(),
+                truncated=torch.as_tensor(result.truncated, device=device).float(),
+                alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended, **extras)
+            obs = torch.as_tensor(result.obs, device=device)
+            mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
+            starts = ended
+            elapsed = (elapsed + 1.0) * (1.0 - ended[:, 0])
+            train_returns.extend(result.episode_return[result.done].sum(-1).tolist())
+            agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
+            train_lengths.extend(result.episode_length[result.done].tolist())
+        # Rollouts must hold whole episodes (Monte Carlo returns), unless --bootstrap-cut says how to finish them.
+        cut = 1.0 - starts  # (E, N): 1 where the last step did not end the copy's episode
+        if cut.any() and not args.bootstrap_cut:
+            raise ConfigError(f"rollout {iteration} ended inside an episode in {int(cut[:, 0].sum())} of {E} env "
+                              f"copies: IPG's returns are Monte Carlo, so --num-steps ({T}) must be a multiple of "
+                              "the episode length (mpe2: max_cycles, 25 by default) and every episode must have "
+                              "that length; or pass --bootstrap-cut to finish cut episodes with the baseline")
+        last_value = torch.zeros(1, E, N, device=device)
+        if args.bootstrap_cut:
+            with torch.no_grad():  # V(o_T): continues the return of an episode that the rollout cut
+                last_value, _ = critic(baseline_inputs(obs, elapsed, T, args.time_feature)[None], critic_state,
+                                       starts[None])  # (1, E, N)
+                last_value = value_norm.denormalize(last_value) if args.value_norm else last_value
+        rollout_s = time.time() - t_rollout
+
+# ============================================================================ 6. POSTPROCESS
+        t_update = time.time()
+        buffer.end_episode()
+        b = buffer.batch(device)  # every tensor (T, E, N, ...)
+        alive = b["alive"]
+        with torch.no_grad():
+            returns = returns_to_go(b["rewards"], b["dones"], b["truncated"], last_value[0], args.gamma)  # (T, E, N)
+            weights = returns  # what multiplies grad log pi: G_t, or G_t - V(o_t) with a baseline
+            if critic is not None:
+                values = value_norm.denormalize(b["state_values"]) if args.value_norm else b["state_values"]
+                weights = returns - values  # lower variance, same expected gradient (V ignores the action)
+                if args.value_norm:
+                    value_norm.update(returns[alive.bool()])
+                targets = value_norm.normalize(returns) if args.value_norm else returns
+            if args.norm_adv:
+                w_mean = masked_mean(weights, alive)
+                w_std = masked_mean((weights - w_mean) ** 2, alive).sqrt()
+                weights = (weights - w_mean) / (w_std + 1e-8)  # normalised over the whole rollout
+
+# ============================================================================ 7. UPDATE
+        # One gradient step on the whole rollout: every copy's T steps as one sequence, (T, E, N, ...).
+        dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
+        new_logprob, entropy = dist.log_prob(b["actions"]), dist.entropy()  # (T, E, N)
+
+        # REINFORCE with returns-to-go (Williams 1992; Sutton and Barto 2018, eq. 13.11)
+        pg_loss = -masked_mean(weights * new_logprob, alive)
+        entropy_loss = masked_mean(entropy, alive)
+        loss = pg_loss - args.ent_coef * entropy_loss
+        if critic is not None:  # the baseline regresses on the returns-to-go
+            new_value, _ = critic(b["baseline_inputs"], first_critic_state, b["episode_starts"])  # (T, E, N)
+            v_loss = 0.5 * masked_mean((new_value - targets) ** 2, alive)
+            loss = loss + args.vf_coef * v_loss
+
+        optimizer.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters(actor, critic), args.max_grad_norm)
+        optimizer.step()
+        stats = dict(policy_loss=pg_loss.item(), entropy=entropy_loss.item(), grad_norm=grad_norm.item())
+        if critic is not None:
+            stats = dict(stats, value_loss=v_loss.item(),
+                         explained_variance=explained_variance(values[alive.bool()], returns[alive.bool()]))
+        update_s = time.time() - t_update
+
+# ============================================================================ 8. LOGGING
+        if args.eval_every and global_step >= next_eval:
+            t_eval = time.time()
+            eval_returns = evaluate(eval_envs, actor, args.eval_episodes, device)
+            eval_time += time.time() - t_eval
+            eval_history.append((global_step, float(eval_returns.mean())))
+            writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
+            next_eval += args.eval_every
+        sps = (global_step - start_step) / max(time.time() - start_time - eval_time, 1e-9)
+        if train_returns:
+            writer.add_scalar("charts/episodic_return", np.mean(train_returns), global_step)
+            writer.add_scalar("charts/episodic_length", np.mean(train_lengths), global_step)
+            for i, agent_return in enumerate(np.mean(agent_returns, axis=0)):
+                writer.add_scalar(f"charts/agent_{i}/episodic_return", agent_return, global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        for key, value in stats.items():
+            writer.add_scalar(f"losses/{key}", value, global_step)
+        writer.add_scalar("timers/rollout_s", rollout_s, global_step)
+        writer.add_scalar("timers/update_s", update_s, global_step)
+        progress.maybe_print(global_step, sps, {"train_return": np.mean(train_returns) if train_returns else None,
+                                                "eval_return": eval_history[-1][1] if eval_history else None,
+                                                "value_loss": stats.get("value_loss"), "entropy": stats["entropy"]})
+        train_returns, train_lengths, agent_returns = [], [], []
+        if next_ckpt is not None and global_step >= next_ckpt:
+            save_checkpoint(os.path.join(run_path, "checkpoint.pt"), checkpoint_payload(
+                args, actor, critic, value_norm, optimizer, global_step, iteration))
+            next_ckpt += args.checkpoint_every
+
+    # Final greedy evaluation (unless one just ran) and the run's files.
+    if not eval_history or eval_history[-1][0] != global_step:
+        t_eval = time.time()
+        eval_returns = evaluate(eval_envs, actor, args.eval_episodes, device)
+        eval_time += time.time() - t_eval
+        eval_history.append((global_step, float(eval_returns.mean())))
+        writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
+    save_checkpoint(os.path.join(run_path, "checkpoint.pt"),
+                    checkpoint_payload(args, actor, critic, value_norm, optimizer, global_step, args.num_iterations))
+    summary = {"algo": "ipg", "env": args.env, "seed": args.seed, "global_step": global_step,
+               "wall_time_s": time.time() - start_time, "sps": (global_step - start_step) / max(
+                   time.time() - start_time - eval_time, 1e-9),
+               "eval_return_mean": float(eval_returns.mean()), "eval_return_std": float(eval_returns.std()),
+               "eval_episodes": int(len(eval_returns)), "eval_history": eval_history, "run_dir": run_path,
+               "final_losses": stats}
+    write_json_atomic(os.path.join(run_path, "summary.json"), summary)
+    progress.maybe_print(global_step, summary["sps"], {"eval_return": summary["eval_return_mean"]}, force=True)
+    writer.close()
+    envs.close()
+    eval_envs.close()
+    return summary
+
+
+if __name__ == "__main__":
+    main(parse_args(Args, description=__doc__))
