@@ -1,0 +1,503 @@
+"""COMA: counterfactual multi-agent policy gradients (Foerster, Farquhar, Afouras, Nardelli,
+Whiteson 2018, "Counterfactual Multi-Agent Policy Gradients", AAAI, arXiv:1705.08926).
+
+Each agent acts from its own observation. A centralised critic Q_i(s, (a_-i, .)) sees the
+global state, agent i's observation and the other agents' actions and outputs one value for
+each of agent i's own actions; the counterfactual baseline b_i = sum_a pi_i(a | o_i) Q_i(s, (a_-i, a)) marginalises
+agent i's own action under its policy, so the advantage Q_i(s, a) - b_i credits agent i with
+what its own action changed, with the others' actions held fixed. The critic learns TD(lambda)
+targets of the team reward against a slowly moving target critic; the actor takes one
+on-policy gradient step per rollout. Discrete actions only. Run:
+
+    python algos/coma.py --env simple_spread
+"""
+import copy
+import os
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.tensorboard import SummaryWriter
+
+from buffers import MultiAgentRolloutBuffer
+from common.cli import ConfigError, parse_args, saved_args
+from common.run_utils import (Progress, args_dict, evaluate, load_checkpoint, pick_device, new_run_dir, rng_state,
+                              save_checkpoint, save_gif, seed_everything, set_rng_state, write_json_atomic)
+from envs import make_env, parse_env_kwargs
+from nets import Actor, AgentNet, ValueNorm, explained_variance
+
+
+# ============================================================================ 1. ARGS
+@dataclass
+class Args:
+    # --- experiment
+    exp_name: Optional[str] = None
+    """run-name prefix (default: the algorithm's name)"""
+    seed: int = 1
+    """seed of python, numpy, torch; env copy i is seeded with seed + i"""
+    torch_deterministic: bool = True
+    """ask cuDNN for deterministic kernels"""
+    cuda: bool = True
+    """run the networks (acting, update, evaluation) on the GPU when one is present; envs step on the CPU"""
+    torch_threads: int = 1
+    """CPU threads for torch; the networks are small, and 1 thread leaves a core for the env"""
+    run_dir: str = "runs"
+    """each run writes <run_dir>/<run_name>/: TensorBoard logs, args.json, checkpoint.pt, summary.json"""
+    total_timesteps: int = 5_000_000
+    """training length in env steps, summed over env copies (one env step = all agents act once)"""
+    eval_every: int = 100_000
+    """greedy evaluation every this many env steps (0 disables it; a final one always runs)"""
+    eval_episodes: int = 100
+    """episodes per greedy evaluation"""
+    eval_num_envs: int = 10
+    """env copies used only for evaluation (seeded seed + 10_000 + i)"""
+    checkpoint_every: int = 500_000
+    """save <run_dir>/<run_name>/checkpoint.pt every this many env steps (0: only at the end)"""
+    resume: Optional[str] = None
+    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
+    with it override them (e.g. a larger --total-timesteps)"""
+    evaluate_checkpoint: Optional[str] = None
+    """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
+    render_gif: Optional[str] = None
+    """with --evaluate-checkpoint: also save one episode as a GIF at this path"""
+    config: Optional[str] = None
+    """YAML preset of Args fields (defaults < preset < command line); unknown keys are errors"""
+
+    # --- env
+    env: str = "simple_spread"
+    """registry name (python -c 'import envs; print(envs.known_envs())'); discrete actions only"""
+    env_kwargs: Tuple[str, ...] = ()
+    """scenario arguments as KEY=VALUE, e.g. N=5 max_cycles=50"""
+    num_envs: int = 16
+    """E, env copies stepped together in the rollout"""
+
+    # --- algorithm
+    num_steps: int = 25
+    """T, steps per env copy in each rollout (one iteration = T * E env steps and one actor gradient step)"""
+    learning_rate: float = 1e-3
+    """Adam learning rate of the actor"""
+    critic_lr: float = 1e-3
+    """Adam learning rate of the critic"""
+    anneal_lr: bool = True
+    """decay both learning rates linearly over total_timesteps (the last iteration uses lr / num_iterations)"""
+    gamma: float = 0.95
+    """discount factor (0.95, as MAPPO's: a horizon near MPE's 25-step episodes learns much faster than 0.99 there)"""
+    td_lambda: float = 0.8
+    """lambda of the critic's TD(lambda) targets (0: one-step targets, 1: returns to the rollout's end)"""
+    critic_epochs: int = 10
+    """passes of the critic over each rollout, before the actor's step"""
+    critic_minibatches: int = 1
+    """critic minibatches per pass (each one gradient step on the critic)"""
+    tau: float = 0.05
+    """the target critic moves tau of the way to the critic every target update (1.0: hard copy)"""
+    target_update_interval: int = 1
+    """critic gradient steps between target updates (hard copies: --tau 1 --target-update-interval 100)"""
+    norm_adv: bool = True
+    """normalise advantages to zero mean and unit std over the rollout (live agent-steps); off, they stay in
+    the critic's units (ValueNorm units with --value-norm), where they are tiny next to the entropy bonus"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    max_grad_norm: float = 10.0
+    """gradient-norm clip, applied to actor and critic separately"""
+    value_norm: bool = True
+    """the critic predicts Q in units normalised by running statistics of its targets (MAPPO's ValueNorm)"""
+    share_params: bool = True
+    """one actor and one critic for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
+    recurrent: Literal["none", "gru", "lstm"] = "none"
+    """recurrent core in the actor (trained on each copy's whole rollout); the critic sees the state and stays
+    feed-forward"""
+    hidden_sizes: Tuple[int, ...] = (64, 64)
+    """hidden layer widths of the actor"""
+    critic_hidden_sizes: Tuple[int, ...] = (128, 128)
+    """hidden layer widths of the critic (its input holds the state, the agent's observation and N one-hot
+    actions)"""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """hidden activation of actor and critic"""
+
+    @property
+    def batch_size(self) -> int:
+        """env steps per iteration"""
+        return self.num_steps * self.num_envs
+
+    @property
+    def num_iterations(self) -> int:
+        return max(1, self.total_timesteps // self.batch_size)
+
+
+def validate(args: Args, env=None) -> None:
+    """Reject option combinations that cannot work, saying what is accepted."""
+    for name in ("num_envs", "num_steps", "critic_epochs", "target_update_interval", "eval_episodes",
+                 "eval_num_envs", "total_timesteps"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not 1 <= args.critic_minibatches <= args.batch_size:
+        raise ConfigError(f"--critic-minibatches must be between 1 and {args.batch_size} (env steps per rollout)")
+    if not 0.0 < args.tau <= 1.0:
+        raise ConfigError(f"--tau must be in (0, 1], got {args.tau}")
+    if not 0.0 <= args.td_lambda <= 1.0:
+        raise ConfigError(f"--td-lambda must be in [0, 1], got {args.td_lambda}")
+    if args.render_gif and not args.evaluate_checkpoint:
+        raise ConfigError("--render-gif needs --evaluate-checkpoint")
+    if env is not None and not env.discrete:
+        raise ConfigError(f"coma needs discrete actions (its critic outputs one Q value per action and its baseline "
+                          f"sums over them); {args.env} has continuous ones. For continuous actions use "
+                          "algos/mappo.py, algos/ippo.py, algos/vdppo.py or algos/vda2c.py "
+                          "(or set the env's continuous_actions=false)")
+
+
+# ============================================================================ 2. NETWORKS
+def build_networks(args: Args, env, device):
+    """Decentralised actor on local obs; centralised Q critic on (state, own obs, others' actions)."""
+    actor = Actor(env.obs_dim, env.n_agents, True, env.n_actions, torch.as_tensor(env.action_dim_mask),
+                  args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
+    # One output per own action: Q_i(s, (a_-i, a)) for every a in a single forward pass. The small
+    # output gain starts Q nearly equal for all own actions, so no action is favoured before data says so.
+    critic_in = env.state_dim + env.obs_dim + env.n_agents * env.n_actions  # see critic_inputs
+    critic = AgentNet(critic_in, env.n_actions, env.n_agents, args.share_params, args.critic_hidden_sizes, "none",
+                      out_gain=0.01, activation=args.activation).to(device)
+    return actor, critic
+
+
+# ============================================================================ 3. ALGORITHM FUNCTIONS
+def critic_inputs(state: torch.Tensor, obs: torch.Tensor, actions_onehot: torch.Tensor) -> torch.Tensor:
+    """COMA critic input for every agent: state (..., S), obs (..., N, obs_dim), actions (..., N, A) one-hot
+    -> (..., N, S + obs_dim + N * A).
+
+    Agent i's row holds the global state, agent i's own observation (as in the paper's critic) and
+    the joint action with agent i's own block zeroed: the critic must not see the action it is
+    asked to value, since it outputs Q for all of them. With shared parameters the agent-id
+    one-hot (added in nets.AgentNet) says whose Q it is.
+    """
+    *lead, N, A = actions_onehot.shape
+    joint = actions_onehot.reshape(*lead, 1, N * A).expand(*lead, N, N * A)  # (..., N, N * A)
+    others = 1.0 - torch.eye(N, device=state.device).repeat_interleave(A, dim=1)  # (N, N * A), 0 on own block
+    return torch.cat([state[..., None, :].expand(*lead, N, state.shape[-1]), obs, joint * others], dim=-1)
+
+
+def counterfactual_advantage(q: torch.Tensor, probs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """COMA's counterfactual advantage (Foerster et al. 2018, Sec. 4): q (..., N, A) = Q_i(s, (a_-i, a)) for every own
+    action a, probs (..., N, A) = pi_i(a | o_i), actions (..., N) taken -> A_i (..., N) =
+    Q_i(s, a) - sum_a' pi_i(a' | o_i) Q_i(s, (a_-i, a')). The baseline does not depend on agent i's
+    own action, so it adds no bias; masked actions have probability 0 and drop out of it."""
+    q_taken = q.gather(-1, actions[..., None]).squeeze(-1)  # (..., N)
+    baseline = (probs * q).sum(-1)  # (..., N)
+    return q_taken - baseline
+
+
+def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
+    """Per-agent flags (T, E, N) -> the team's (terminated, truncated), each (T, E).
+
+    The team's episode ends when the env copy's episode ends (`episode_ends`, the same for
+    every agent); it was cut by the clock if any agent was truncated, and otherwise ended by
+    the task. An agent that leaves early does not end the team's episode.
+    """
+    ended = episode_ends[..., 0]  # (T, E)
+    cut = truncated.amax(-1)  # (T, E)
+    return ended * (1.0 - cut), ended * cut
+
+
+def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: float):
+    """TD(lambda) targets, every tensor (T, B[, N]) (as in pymarl's COMA and QMIX):
+    y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'(s_{t+1}, a_{t+1}) + lambda y_{t+1}].
+
+    next_q[t] is the target critic's value of s_{t+1} and the next joint action. At the last step
+    of an episode there is no y_{t+1}, so the target bootstraps from next_q alone: a time-limit
+    truncation keeps that bootstrap (the task was not over), a termination removes it. The
+    rollout's last step bootstraps from next_q alone as well.
+    """
+    targets = torch.zeros_like(rewards)
+    ret = next_q[-1]
+    for t in reversed(range(rewards.shape[0])):
+        bootstrap = torch.where(ended[t] > 0, next_q[t], (1 - lam) * next_q[t] + lam * ret)
+        ret = rewards[t] + gamma * (1.0 - terminated[t]) * bootstrap
+        targets[t] = ret
+    return targets
+
+
+def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+    """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
+    with torch.no_grad():
+        for t, o in zip(target.parameters(), online.parameters()):
+            t.lerp_(o, tau)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def checkpoint_payload(args, actor, critic, target_critic, value_norm, actor_optimizer, critic_optimizer,
+                       shuffle_gen, global_step, iteration, critic_updates):
+    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts."""
+    return {"algo": "coma", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
+            "target_critic": target_critic.state_dict(), "value_norm": value_norm.state_dict(),
+            "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
+            "global_step": global_step, "iteration": iteration, "critic_updates": critic_updates,
+            "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state()}
+
+
+def evaluate_checkpoint(args: Args) -> dict:
+    """Load a run's actor, run greedy episodes, print the returns (and save a GIF if asked)."""
+    device = pick_device(args.cuda)
+    ckpt = load_checkpoint(args.evaluate_checkpoint, device)
+    if ckpt["algo"] != "coma":
+        raise ConfigError(f"{args.evaluate_checkpoint} holds a {ckpt['algo']} run; "
+                          f"evaluate it with algos/{ckpt['algo']}.py")
+    saved = Args(**saved_args(Args, ckpt["args"]))
+    env = make_env(saved.env, 1 if args.render_gif else args.eval_num_envs, args.seed + 10_000,
+                   parse_env_kwargs(saved.env_kwargs), render_mode="rgb_array" if args.render_gif else None,
+                   device=device)
+    actor, _ = build_networks(saved, env, device)
+    actor.load_state_dict(ckpt["actor"])
+    frames = [] if args.render_gif else None
+    returns = evaluate(env, actor, 1 if args.render_gif else args.eval_episodes, device, frames=frames)
+    if args.render_gif:
+        save_gif(frames, args.render_gif)
+        print(f"saved {len(frames)} frames to {args.render_gif}")
+    print(f"{saved.env}: greedy return over {len(returns)} episodes: mean {returns.mean():.2f}, "
+          f"std {returns.std():.2f}, min {returns.min():.2f}, max {returns.max():.2f}")
+    env.close()
+    return {"eval_return_mean": float(returns.mean()), "eval_episodes": len(returns)}
+
+
+def main(args: Args) -> dict:
+    validate(args)
+    if args.evaluate_checkpoint:
+        return evaluate_checkpoint(args)
+
+# ============================================================================ 4. SETUP
+    seed_everything(args.seed, args.torch_deterministic)
+    torch.set_num_threads(args.torch_threads)
+    device = pick_device(args.cuda)
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
+    envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
+    try:
+        validate(args, envs)  # continuous actions: fail before anything is written
+    except ConfigError:
+        envs.close()
+        raise
+    eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
+    E, N, T, A = args.num_envs, envs.n_agents, args.num_steps, envs.n_actions
+    actor, critic = build_networks(args, envs, device)
+    target_critic = copy.deepcopy(critic)
+    value_norm = ValueNorm().to(device)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, eps=1e-5)
+    critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.critic_lr, eps=1e-5)
+    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
+    shuffle_gen = torch.Generator().manual_seed(args.seed)
+    global_step, start_iteration, critic_updates = 0, 1, 0
+    if args.resume:
+        ckpt = load_checkpoint(args.resume, device)
+        if ckpt["args"]["env"] != args.env or ckpt["algo"] != "coma":
+            raise ConfigError(f"--resume {args.resume} holds a {ckpt['algo']} run on {ckpt['args']['env']}, "
+                              f"not coma on {args.env}")
+        for module, key in ((actor, "actor"), (critic, "critic"), (target_critic, "target_critic"),
+                            (value_norm, "value_norm"), (actor_optimizer, "actor_optimizer"),
+                            (critic_optimizer, "critic_optimizer")):
+            module.load_state_dict(ckpt[key])
+        global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
+        critic_updates = ckpt["critic_updates"]
+        set_rng_state(ckpt["rng"])
+        shuffle_gen.set_state(ckpt["shuffle_rng"])
+        run_path = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
+    else:
+        run_path = new_run_dir(args.run_dir, "coma", args.env, args.seed, args.exp_name)
+    writer = SummaryWriter(run_path)
+    write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
+    progress = Progress(args.total_timesteps)
+
+    obs_np, state_np, mask_np = envs.reset()
+    obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
+    state = torch.as_tensor(state_np, device=device)  # (E, state_dim)
+    mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, A)
+    starts = torch.ones(E, N, device=device)  # 1 where an episode starts: recurrent states reset there
+    actor_state = actor.initial_state(E, device)  # tuple of (E, N, H), or None
+    eval_history, eval_returns, train_returns, train_lengths, agent_returns = [], np.array([np.nan]), [], [], []
+    next_eval = (global_step // args.eval_every + 1) * args.eval_every if args.eval_every else None
+    next_ckpt = (global_step // args.checkpoint_every + 1) * args.checkpoint_every if args.checkpoint_every else None
+    start_time, eval_time, start_step = time.time(), 0.0, global_step
+
+    stats = {}
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1) / args.num_iterations
+            actor_optimizer.param_groups[0]["lr"] = args.learning_rate * frac
+            critic_optimizer.param_groups[0]["lr"] = args.critic_lr * frac
+
+# ============================================================================ 5. ROLLOUT
+        t_rollout = time.time()
+        buffer.reset_current_episode()
+        # The actor's update replays each copy's whole rollout as one sequence from this state.
+        first_actor_state = actor_state
+        for step in range(T):
+            global_step += E
+            # The buffer keeps every entry per agent: the global state is stored once per agent,
+            # identical along the agent axis, and read back as [..., 0, :].
+            extras = {"episode_starts": starts, "global_states": state[:, None].expand(E, N, state.shape[-1])}
+            if mask is not None:
+                extras["action_masks"] = mask
+            with torch.no_grad():
+                dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
+                action = dist.sample()  # (1, E, N)
+            result = envs.step(action[0])  # a torch env keeps it on the device
+            final_state = torch.as_tensor(result.final_state, device=device)  # true s_{t+1}, before auto-reset
+            final_action = torch.zeros_like(action[0])  # (E, N)
+            if result.done.any():  # a' ~ pi(. | final obs) where an episode ended: what a truncation bootstraps from
+                final_obs = torch.as_tensor(result.final_obs, device=device)
+                final_mask = result.final_action_mask if result.final_action_mask is not None else result.action_mask
+                final_mask = None if final_mask is None else torch.as_tensor(final_mask, device=device)[None]
+                with torch.no_grad():
+                    final_dist, _ = actor(final_obs[None], actor_state, torch.zeros_like(starts)[None], final_mask)
+                    final_action = final_dist.sample()[0]
+            ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
+            buffer.add_transition(
+                states=obs, actions=action[0], rewards=torch.as_tensor(result.reward, device=device),
+                next_states=torch.as_tensor(result.final_obs, device=device),
+                dones=torch.as_tensor(result.terminated, device=device).float(),
+                truncated=torch.as_tensor(result.truncated, device=device).float(),
+                alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
+                next_global_states=final_state[:, None].expand(E, N, final_state.shape[-1]),
+                final_actions=final_action, **extras)
+            obs, state = torch.as_tensor(result.obs, device=device), torch.as_tensor(result.state, device=device)
+            mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
+            starts = ended
+            train_returns.extend(result.episode_return[result.done].sum(-1).tolist())
+            agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
+            train_lengths.extend(result.episode_length[result.done].tolist())
+        with torch.no_grad():  # a_T ~ pi(. | o_T): bootstraps the last step wherever its episode goes on
+            last_dist, _ = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
+            last_action = last_dist.sample()[0]  # (E, N)
+        rollout_s = time.time() - t_rollout
+
+# ============================================================================ 6. POSTPROCESS
+        t_update = time.time()
+        buffer.end_episode()
+        b = buffer.batch(device)  # every tensor (T, E, N, ...)
+        actions = b["actions"].long()  # (T, E, N)
+        alive = b["alive"]
+        with torch.no_grad():
+            # The next joint action a_{t+1} is the one taken at the next step while the episode goes
+            # on, and a draw from the policy at the final observation where it ended (the next
+            # step's action belongs to a new episode) or after the rollout's last step.
+            next_actions = torch.cat([actions[1:], last_action[None].long()], dim=0)  # (T, E, N)
+            next_actions = torch.where(b["episode_ends"].bool(), b["final_actions"].long(), next_actions)
+            next_in = critic_inputs(b["next_global_states"][..., 0, :], b["next_states"],
+                                    F.one_hot(next_actions, A).float())  # (T, E, N, D) at s_{t+1}, a_{t+1}
+            next_q = target_critic(next_in)[0].gather(-1, next_actions[..., None]).squeeze(-1)  # (T, E, N)
+            next_q = value_norm.denormalize(next_q) if args.value_norm else next_q
+            # One team reward for every agent's Q_i (COMA's critic is trained on the team reward).
+            team_reward = b["rewards"].sum(-1, keepdim=True).expand(T, E, N)  # R_pz3 units for mpe2
+            terminated, _ = team_flags(b["truncated"], b["episode_ends"])  # (T, E)
+            targets = td_lambda_targets(team_reward, next_q, terminated[..., None].expand(T, E, N),
+                                        b["episode_ends"], args.gamma, args.td_lambda)  # (T, E, N)
+            inputs = critic_inputs(b["global_states"][..., 0, :], b["states"],
+                                   F.one_hot(actions, A).float())  # (T, E, N, D) at s_t, a_t
+            q_old = critic(inputs)[0].gather(-1, actions[..., None]).squeeze(-1)  # (T, E, N), before the update
+            q_old = value_norm.denormalize(q_old) if args.value_norm else q_old
+            if args.value_norm:
+                value_norm.update(targets[alive.bool()])
+            norm_targets = value_norm.normalize(targets) if args.value_norm else targets
+        # The critic is feed-forward: every env step is a sample, laid out as (1, T * E, N, ...).
+        data = {"inputs": inputs.reshape(1, T * E, N, -1), "actions": actions.reshape(1, T * E, N),
+                "targets": norm_targets.reshape(1, T * E, N), "alive": alive.reshape(1, T * E, N)}
+
+# ============================================================================ 7. UPDATE
+        # Critic first: --critic-epochs passes of TD(lambda) regression on Q_i(s, a) of the taken actions.
+        for epoch in range(args.critic_epochs):
+            order = torch.randperm(T * E, generator=shuffle_gen).to(device)
+            for mb in order.chunk(args.critic_minibatches):
+                d = {k: v[:, mb] for k, v in data.items()}  # (1, B, N, ...)
+                q_taken = critic(d["inputs"])[0].gather(-1, d["actions"][..., None]).squeeze(-1)  # (1, B, N)
+                td_loss = masked_mean((q_taken - d["targets"]) ** 2, d["alive"])
+                critic_optimizer.zero_grad()
+                td_loss.backward()
+                torch.nn.utils.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
+                critic_optimizer.step()
+                critic_updates += 1
+                if critic_updates % args.target_update_interval == 0:
+                    soft_update(target_critic, critic, args.tau)
+
+        # Then one actor step on the whole rollout, with the counterfactual advantage of the updated critic.
+        dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
+        logprob, entropy = dist.log_prob(actions), dist.entropy()  # (T, E, N)
+        with torch.no_grad():
+            q = critic(inputs)[0]  # (T, E, N, A): Q_i(s, (a_-i, a)) for every own action a, critic units
+            advantages = counterfactual_advantage(q, dist.probs.detach(), actions)  # (T, E, N)
+            if args.norm_adv:
+                adv_mean = masked_mean(advantages, alive)
+                adv_std = masked_mean((advantages - adv_mean) ** 2, alive).sqrt()
+                advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised over the whole rollout
+            q = value_norm.denormalize(q) if args.value_norm else q
+        pg_loss = -masked_mean(advantages * logprob, alive)  # policy gradient with the counterfactual advantage
+        entropy_loss = masked_mean(entropy, alive)
+        loss = pg_loss - args.ent_coef * entropy_loss
+        actor_optimizer.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
+        actor_optimizer.step()
+        live = alive.bool()
+        stats = dict(policy_loss=pg_loss.item(), td_loss=td_loss.item(), entropy=entropy_loss.item(),
+                     q_taken_mean=masked_mean(q.gather(-1, actions[..., None]).squeeze(-1), alive).item(),
+                     grad_norm=grad_norm.item(), explained_variance=explained_variance(q_old[live], targets[live]))
+        update_s = time.time() - t_update
+
+# ============================================================================ 8. LOGGING
+        if args.eval_every and global_step >= next_eval:
+            t_eval = time.time()
+            eval_returns = evaluate(eval_envs, actor, args.eval_episodes, device)
+            eval_time += time.time() - t_eval
+            eval_history.append((global_step, float(eval_returns.mean())))
+            writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
+            next_eval += args.eval_every
+        sps = (global_step - start_step) / max(time.time() - start_time - eval_time, 1e-9)
+        if train_returns:
+            writer.add_scalar("charts/episodic_return", np.mean(train_returns), global_step)
+            writer.add_scalar("charts/episodic_length", np.mean(train_lengths), global_step)
+            for i, agent_return in enumerate(np.mean(agent_returns, axis=0)):
+                writer.add_scalar(f"charts/agent_{i}/episodic_return", agent_return, global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("charts/learning_rate", actor_optimizer.param_groups[0]["lr"], global_step)
+        for key, value in stats.items():
+            writer.add_scalar(f"losses/{key}", value, global_step)
+        writer.add_scalar("timers/rollout_s", rollout_s, global_step)
+        writer.add_scalar("timers/update_s", update_s, global_step)
+        progress.maybe_print(global_step, sps, {"train_return": np.mean(train_returns) if train_returns else None,
+                                                "eval_return": eval_history[-1][1] if eval_history else None,
+                                                "td_loss": stats["td_loss"], "entropy": stats["entropy"]})
+        train_returns, train_lengths, agent_returns = [], [], []
+        if next_ckpt is not None and global_step >= next_ckpt:
+            save_checkpoint(os.path.join(run_path, "checkpoint.pt"), checkpoint_payload(
+                args, actor, critic, target_critic, value_norm, actor_optimizer, critic_optimizer, shuffle_gen,
+                global_step, iteration, critic_updates))
+            next_ckpt += args.checkpoint_every
+
+    # Final greedy evaluation (unless one just ran) and the run's files.
+    if not eval_history or eval_history[-1][0] != global_step:
+        t_eval = time.time()
+        eval_returns = evaluate(eval_envs, actor, args.eval_episodes, device)
+        eval_time += time.time() - t_eval
+        eval_history.append((global_step, float(eval_returns.mean())))
+        writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
+    save_checkpoint(os.path.join(run_path, "checkpoint.pt"), checkpoint_payload(
+        args, actor, critic, target_critic, value_norm, actor_optimizer, critic_optimizer, shuffle_gen, global_step,
+        args.num_iterations, critic_updates))
+    summary = {"algo": "coma", "env": args.env, "seed": args.seed, "global_step": global_step,
+               "wall_time_s": time.time() - start_time, "sps": (global_step - start_step) / max(
+                   time.time() - start_time - eval_time, 1e-9),
+               "eval_return_mean": float(eval_returns.mean()), "eval_return_std": float(eval_returns.std()),
+               "eval_episodes": int(len(eval_returns)), "eval_history": eval_history, "run_dir": run_path,
+               "final_losses": stats}
+    write_json_atomic(os.path.join(run_path, "summary.json"), summary)
+    progress.maybe_print(global_step, summary["sps"], {"eval_return": summary["eval_return_mean"]}, force=True)
+    writer.close()
+    envs.close()
+    eval_envs.close()
+    return summary
+
+
+if __name__ == "__main__":
+    main(parse_args(Args, description=__doc__))

@@ -1,0 +1,482 @@
+"""VDPPO: PPO with a value-decomposition critic (Su, Adams, Beling 2021, "Value-Decomposition
+Multi-Agent Actor-Critics", AAAI, arXiv:2007.12306; the PPO objective as in MARLlib's VDPPO).
+
+Each agent acts from its own observation and has its own value V_i(o_i); a mixer combines the
+V_i into a team value V_tot (a sum, or a monotone QMIX-style network on the global state).
+GAE on V_tot and the team reward gives one team advantage, which every agent's clipped PPO
+objective uses. The same file as algos/mappo.py except the critic. Run:
+
+    python algos/vdppo.py --env simple_spread
+"""
+import os
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional, Tuple
+
+import numpy as np
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+from buffers import MultiAgentRolloutBuffer
+from common.cli import ConfigError, parse_args, saved_args
+from common.run_utils import (Progress, args_dict, evaluate, load_checkpoint, pick_device, new_run_dir, rng_state,
+                              save_checkpoint, save_gif, seed_everything, set_rng_state, write_json_atomic)
+from envs import make_env, parse_env_kwargs
+from nets import Actor, Critic, QMixer, ValueNorm, VDNMixer, explained_variance
+
+
+# ============================================================================ 1. ARGS
+@dataclass
+class Args:
+    # --- experiment
+    exp_name: Optional[str] = None
+    """run-name prefix (default: the algorithm's name)"""
+    seed: int = 1
+    """seed of python, numpy, torch; env copy i is seeded with seed + i"""
+    torch_deterministic: bool = True
+    """ask cuDNN for deterministic kernels"""
+    cuda: bool = True
+    """run the networks (acting, update, evaluation) on the GPU when one is present; envs step on the CPU"""
+    torch_threads: int = 1
+    """CPU threads for torch; the networks are small, and 1 thread leaves a core for the env"""
+    run_dir: str = "runs"
+    """each run writes <run_dir>/<run_name>/: TensorBoard logs, args.json, checkpoint.pt, summary.json"""
+    total_timesteps: int = 5_000_000
+    """training length in env steps, summed over env copies (one env step = all agents act once)"""
+    eval_every: int = 100_000
+    """greedy evaluation every this many env steps (0 disables it; a final one always runs)"""
+    eval_episodes: int = 100
+    """episodes per greedy evaluation"""
+    eval_num_envs: int = 10
+    """env copies used only for evaluation (seeded seed + 10_000 + i)"""
+    checkpoint_every: int = 500_000
+    """save <run_dir>/<run_name>/checkpoint.pt every this many env steps (0: only at the end)"""
+    resume: Optional[str] = None
+    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
+    with it override them (e.g. a larger --total-timesteps)"""
+    evaluate_checkpoint: Optional[str] = None
+    """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
+    render_gif: Optional[str] = None
+    """with --evaluate-checkpoint: also save one episode as a GIF at this path"""
+    config: Optional[str] = None
+    """YAML preset of Args fields (defaults < preset < command line); unknown keys are errors"""
+
+    # --- env
+    env: str = "simple_spread"
+    """registry name (python -c 'import envs; print(envs.known_envs())')"""
+    env_kwargs: Tuple[str, ...] = ()
+    """scenario arguments as KEY=VALUE, e.g. N=5 max_cycles=50 continuous_actions=true"""
+    num_envs: int = 32
+    """E, env copies stepped together in the rollout"""
+
+    # --- algorithm
+    num_steps: int = 25
+    """T, steps per env copy in each rollout (one iteration = T * E env steps)"""
+    learning_rate: float = 2e-3
+    """Adam learning rate of actor, critic and mixer"""
+    anneal_lr: bool = True
+    """decay the learning rate linearly over total_timesteps (the last iteration uses lr / num_iterations)"""
+    gamma: float = 0.95
+    """discount factor (0.95, as MAPPO's: a horizon near MPE's 25-step episodes learns much faster than 0.99 there)"""
+    gae_lambda: float = 0.95
+    """lambda of generalised advantage estimation (on the team value V_tot)"""
+    update_epochs: int = 10
+    """passes over each rollout in the update"""
+    num_minibatches: int = 1
+    """minibatches per epoch"""
+    clip_coef: float = 0.2
+    """PPO ratio clip"""
+    clip_vloss: bool = True
+    """clip the team-value prediction around the rollout's prediction (same coefficient)"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 1.0
+    """value-loss coefficient"""
+    max_grad_norm: float = 10.0
+    """global gradient-norm clip"""
+    value_norm: bool = True
+    """normalise the team-value targets with running statistics (MAPPO's ValueNorm)"""
+    mixer: Literal["vdn", "qmix"] = "vdn"
+    """how the agents' values V_i become V_tot: vdn (their sum, VDAC-sum) or qmix (a monotone network whose
+    weights come from the global state, VDAC-mix; its hypernetworks read the raw, unbounded state, and on
+    simple_spread V_tot overestimated the final states truncations bootstrap from: docs/algorithms/vdppo.md)"""
+    mixer_embed_dim: int = 32
+    """width of the qmix mixing network"""
+    hypernet_hidden: int = 64
+    """hidden width of the qmix hypernetworks that produce the mixing weights"""
+    share_params: bool = True
+    """one actor and one critic for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
+    recurrent: Literal["none", "gru", "lstm"] = "none"
+    """recurrent core in actor and per-agent critic"""
+    chunk_len: int = 25
+    """recurrent models train on sequence chunks of this many steps (must divide num_steps)"""
+    hidden_sizes: Tuple[int, ...] = (64, 64)
+    """hidden layer widths of actor and per-agent critic"""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """hidden activation"""
+
+    @property
+    def batch_size(self) -> int:
+        """env steps per iteration"""
+        return self.num_steps * self.num_envs
+
+    @property
+    def num_iterations(self) -> int:
+        return max(1, self.total_timesteps // self.batch_size)
+
+
+def validate(args: Args) -> None:
+    """Reject option combinations that cannot work, saying what is accepted."""
+    for name in ("num_envs", "num_steps", "chunk_len", "update_epochs", "eval_episodes", "eval_num_envs",
+                 "total_timesteps", "mixer_embed_dim", "hypernet_hidden"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.recurrent != "none" and args.num_steps % args.chunk_len:
+        raise ConfigError(f"--chunk-len {args.chunk_len} must divide --num-steps {args.num_steps}")
+    sequences = args.num_envs * (args.num_steps // args.chunk_len if args.recurrent != "none" else args.num_steps)
+    if not 1 <= args.num_minibatches <= sequences:
+        raise ConfigError(f"--num-minibatches must be between 1 and {sequences} (the number of "
+                          f"{'sequence chunks' if args.recurrent != 'none' else 'env steps'} per rollout)")
+    if args.render_gif and not args.evaluate_checkpoint:
+        raise ConfigError("--render-gif needs --evaluate-checkpoint")
+
+
+# ============================================================================ 2. NETWORKS
+def build_networks(args: Args, env, device):
+    """Decentralised actor and per-agent critic V_i on local obs; the mixer that makes V_tot."""
+    action_size = env.n_actions if env.discrete else env.action_dim
+    actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
+                  args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
+    critic = Critic(env.obs_dim, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
+                    args.activation).to(device)
+    mixer = (VDNMixer() if args.mixer == "vdn" else
+             QMixer(env.n_agents, env.state_dim, args.mixer_embed_dim, args.hypernet_hidden)).to(device)
+    return actor, critic, mixer
+
+
+# ============================================================================ 3. ALGORITHM FUNCTIONS
+def team_value(critic, mixer, obs, state, critic_state, starts):
+    """V_tot(s) = mixer(V_1(o_1), ..., V_N(o_N); s): obs (L, B, N, obs_dim), state (L, B, state_dim)
+    -> (V_tot (L, B), critic_state). Each V_i sees only its agent's observation; the mixer is
+    where the global state enters (qmix), and the credit the team value gives each agent flows
+    back through it."""
+    agent_values, critic_state = critic(obs, critic_state, starts)  # (L, B, N)
+    return mixer(agent_values, state), critic_state  # (L, B)
+
+
+def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
+    """Per-agent flags (T, E, N) -> the team's (terminated, truncated), each (T, E).
+
+    The team's episode ends when the env copy's episode ends (`episode_ends`, the same for
+    every agent); it was cut by the clock if any agent was truncated, and otherwise ended by
+    the task. An agent that leaves early does not end the team's episode.
+    """
+    ended = episode_ends[..., 0]  # (T, E)
+    cut = truncated.amax(-1)  # (T, E)
+    return ended * (1.0 - cut), ended * cut
+
+
+def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E[, N]).
+
+    Here (T, E): the team reward and the team value V_tot. next_values[t] is V of the true next
+    state s_{t+1} (the final observation where the episode ended). A time-limit truncation still
+    bootstraps from it: the episode was cut, the task was not over. Termination does not.
+    Either way the advantage does not flow back across the episode boundary.
+    """
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        not_terminal = 1.0 - terminated[t]
+        episode_goes_on = 1.0 - torch.maximum(terminated[t], truncated[t])
+        delta = rewards[t] + gamma * next_values[t] * not_terminal - values[t]
+        last = delta + gamma * lam * episode_goes_on * last
+        advantages[t] = last
+    return advantages, advantages + values  # advantages, returns (value targets)
+
+
+def to_chunks(x: torch.Tensor, L: int) -> torch.Tensor:
+    """(T, E, ...) -> (L, (T // L) * E, ...): cut every env's rollout into chunks of L steps."""
+    T, E = x.shape[:2]
+    return x.reshape(T // L, L, E, *x.shape[2:]).transpose(0, 1).reshape(L, (T // L) * E, *x.shape[2:])
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def checkpoint_payload(args, actor, critic, mixer, value_norm, optimizer, shuffle_gen, global_step, iteration):
+    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts."""
+    return {"algo": "vdppo", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
+            "mixer": mixer.state_dict(), "value_norm": value_norm.state_dict(), "optimizer": optimizer.state_dict(),
+            "global_step": global_step, "iteration": iteration, "rng": rng_state(),
+            "shuffle_rng": shuffle_gen.get_state()}
+
+
+def evaluate_checkpoint(args: Args) -> dict:
+    """Load a run's actor, run greedy episodes, print the returns (and save a GIF if asked)."""
+    device = pick_device(args.cuda)
+    ckpt = load_checkpoint(args.evaluate_checkpoint, device)
+    if ckpt["algo"] != "vdppo":
+        raise ConfigError(f"{args.evaluate_checkpoint} holds a {ckpt['algo']} run; "
+                          f"evaluate it with algos/{ckpt['algo']}.py")
+    saved = Args(**saved_args(Args, ckpt["args"]))
+    env = make_env(saved.env, 1 if args.render_gif else args.eval_num_envs, args.seed + 10_000,
+                   parse_env_kwargs(saved.env_kwargs), render_mode="rgb_array" if args.render_gif else None,
+                   device=device)
+    actor, _, _ = build_networks(saved, env, device)
+    actor.load_state_dict(ckpt["actor"])
+    frames = [] if args.render_gif else None
+    returns = evaluate(env, actor, 1 if args.render_gif else args.eval_episodes, device, frames=frames)
+    if args.render_gif:
+        save_gif(frames, args.render_gif)
+        print(f"saved {len(frames)} frames to {args.render_gif}")
+    print(f"{saved.env}: greedy return over {len(returns)} episodes: mean {returns.mean():.2f}, "
+          f"std {returns.std():.2f}, min {returns.min():.2f}, max {returns.max():.2f}")
+    env.close()
+    return {"eval_return_mean": float(returns.mean()), "eval_episodes": len(returns)}
+
+
+def main(args: Args) -> dict:
+    validate(args)
+    if args.evaluate_checkpoint:
+        return evaluate_checkpoint(args)
+
+# ============================================================================ 4. SETUP
+    seed_everything(args.seed, args.torch_deterministic)
+    torch.set_num_threads(args.torch_threads)
+    device = pick_device(args.cuda)
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
+    envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
+    eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
+    E, N, T = args.num_envs, envs.n_agents, args.num_steps
+    actor, critic, mixer = build_networks(args, envs, device)
+    value_norm = ValueNorm().to(device)
+    params = list(actor.parameters()) + list(critic.parameters()) + list(mixer.parameters())
+    optimizer = torch.optim.Adam(params, lr=args.learning_rate, eps=1e-5)
+    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
+    shuffle_gen = torch.Generator().manual_seed(args.seed)
+    global_step, start_iteration = 0, 1
+    if args.resume:
+        ckpt = load_checkpoint(args.resume, device)
+        if ckpt["args"]["env"] != args.env or ckpt["algo"] != "vdppo":
+            raise ConfigError(f"--resume {args.resume} holds a {ckpt['algo']} run on {ckpt['args']['env']}, "
+                              f"not vdppo on {args.env}")
+        for module, key in ((actor, "actor"), (critic, "critic"), (mixer, "mixer"), (value_norm, "value_norm"),
+                            (optimizer, "optimizer")):
+            module.load_state_dict(ckpt[key])
+        global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
+        set_rng_state(ckpt["rng"])
+        shuffle_gen.set_state(ckpt["shuffle_rng"])
+        run_path = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
+    else:
+        run_path = new_run_dir(args.run_dir, "vdppo", args.env, args.seed, args.exp_name)
+    writer = SummaryWriter(run_path)
+    write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
+    progress = Progress(args.total_timesteps)
+    L = args.chunk_len if args.recurrent != "none" else 1
+
+    obs_np, state_np, mask_np = envs.reset()
+    obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
+    state = torch.as_tensor(state_np, device=device)  # (E, state_dim)
+    mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, n_actions)
+    starts = torch.ones(E, N, device=device)  # 1 where an episode starts: recurrent states reset there
+    actor_state = actor.initial_state(E, device)  # tuple of (E, N, H), or None
+    critic_state = critic.initial_state(E, device)
+    eval_history, eval_returns, train_returns, train_lengths, agent_returns = [], np.array([np.nan]), [], [], []
+    next_eval = (global_step // args.eval_every + 1) * args.eval_every if args.eval_every else None
+    next_ckpt = (global_step // args.checkpoint_every + 1) * args.checkpoint_every if args.checkpoint_every else None
+    start_time, eval_time, start_step = time.time(), 0.0, global_step
+
+    stats = {}
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - (iteration - 1) / args.num_iterations)
+
+# ============================================================================ 5. ROLLOUT
+        t_rollout = time.time()
+        buffer.reset_current_episode()
+        for step in range(T):
+            global_step += E
+            # The buffer keeps every entry per agent: team quantities (state, V_tot) are stored
+            # once per agent, identical along the agent axis, and read back as [..., 0].
+            extras = {"episode_starts": starts, "global_states": state[:, None].expand(E, N, state.shape[-1])}
+            if actor_state is not None:  # states *before* this step, to restart training sequences
+                extras["prev_hidden_states"], extras["prev_critic_hidden_states"] = actor_state[0], critic_state[0]
+                if args.recurrent == "lstm":
+                    extras["prev_cell_states"], extras["prev_critic_cell_states"] = actor_state[1], critic_state[1]
+            if mask is not None:
+                extras["action_masks"] = mask
+            with torch.no_grad():
+                dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
+                action = dist.sample()  # (1, E, N) or (1, E, N, act_dim)
+                logprob = dist.log_prob(action)  # (1, E, N)
+                value, critic_state = team_value(critic, mixer, obs[None], state[None], critic_state,
+                                                 starts[None])  # (1, E)
+            result = envs.step(action[0])  # a torch env keeps it on the device
+            next_obs = torch.as_tensor(result.obs, device=device)
+            final_obs = torch.as_tensor(result.final_obs, device=device)  # true s_{t+1}, before auto-reset
+            final_value = torch.zeros_like(value)
+            if result.done.any():  # V_tot of the final obs and state where an episode ended: a truncation's bootstrap
+                final_state = torch.as_tensor(result.final_state, device=device)
+                with torch.no_grad():
+                    final_value, _ = team_value(critic, mixer, final_obs[None], final_state[None], critic_state,
+                                                torch.zeros_like(starts)[None])  # (1, E)
+            ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
+            buffer.add_transition(
+                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0][:, None].expand(E, N),
+                rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
+                dones=torch.as_tensor(result.terminated, device=device).float(),
+                truncated=torch.as_tensor(result.truncated, device=device).float(),
+                alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
+                final_values=final_value[0][:, None].expand(E, N), **extras)
+            obs, state = next_obs, torch.as_tensor(result.state, device=device)
+            mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
+            starts = ended
+            train_returns.extend(result.episode_return[result.done].sum(-1).tolist())
+            agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
+            train_lengths.extend(result.episode_length[result.done].tolist())
+        with torch.no_grad():  # V_tot(s_T): bootstraps the last step wherever its episode goes on
+            last_value, _ = team_value(critic, mixer, obs[None], state[None], critic_state, starts[None])  # (1, E)
+        rollout_s = time.time() - t_rollout
+
+# ============================================================================ 6. POSTPROCESS
+        t_update = time.time()
+        buffer.end_episode()
+        b = buffer.batch(device)  # every tensor (T, E, N, ...)
+        with torch.no_grad():
+            # V_tot(s_{t+1}) is the next step's value while the episode goes on, and the value of
+            # the final observation where it ended (the next step's value belongs to a new episode).
+            values = b["state_values"][..., 0]  # (T, E) V_tot as predicted in the rollout
+            next_values = torch.cat([values[1:], last_value], dim=0)  # (T, E)
+            next_values = torch.where(b["episode_ends"][..., 0].bool(), b["final_values"][..., 0], next_values)
+            values = value_norm.denormalize(values) if args.value_norm else values
+            next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
+            # One team reward, one team value: GAE gives one advantage per env step, shared by
+            # every agent (Su et al. 2021, with GAE in place of their n-step TD error).
+            team_reward = b["rewards"].sum(-1)  # (T, E), R_pz3 units for mpe2
+            terminated, truncated = team_flags(b["truncated"], b["episode_ends"])  # (T, E) each
+            advantages, returns = compute_gae(team_reward, values, next_values, terminated, truncated,
+                                              args.gamma, args.gae_lambda)  # (T, E) each
+            team_alive = b["alive"].amax(-1)  # (T, E): steps in which some agent acted
+            adv_mean = masked_mean(advantages, team_alive)
+            adv_std = masked_mean((advantages - adv_mean) ** 2, team_alive).sqrt()
+            advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised over the whole rollout
+            if args.value_norm:
+                value_norm.update(returns[team_alive.bool()])
+            targets = value_norm.normalize(returns) if args.value_norm else returns
+        # Lay the rollout out as (L, S, N, ...): S sequences of L steps (L = 1 without recurrence).
+        data = {k: to_chunks(v, L) for k, v in b.items() if not k.startswith("prev_")}
+        data.update(advantages=to_chunks(advantages, L), targets=to_chunks(targets, L),
+                    team_alive=to_chunks(team_alive, L))  # team tensors: (L, S)
+        # Recurrent states stored at each chunk's first step restart the sequences: (S, N, H).
+        init_states = {k: v[::L].reshape(-1, N, v.shape[-1]) for k, v in b.items() if k.startswith("prev_")}
+        S = data["rewards"].shape[1]
+
+# ============================================================================ 7. UPDATE
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            order = torch.randperm(S, generator=shuffle_gen).to(device)
+            for mb in order.chunk(args.num_minibatches):
+                d = {k: v[:, mb] for k, v in data.items()}  # (L, B, N, ...) per agent, (L, B) per team
+                a_state = c_state = None
+                if args.recurrent != "none":
+                    a_state = (init_states["prev_hidden_states"][mb],) + (
+                        (init_states["prev_cell_states"][mb],) if args.recurrent == "lstm" else ())
+                    c_state = (init_states["prev_critic_hidden_states"][mb],) + (
+                        (init_states["prev_critic_cell_states"][mb],) if args.recurrent == "lstm" else ())
+                dist, _ = actor(d["states"], a_state, d["episode_starts"], d.get("action_masks"))
+                new_logprob, entropy = dist.log_prob(d["actions"]), dist.entropy()  # (L, B, N)
+                new_value, _ = team_value(critic, mixer, d["states"], d["global_states"][..., 0, :], c_state,
+                                          d["episode_starts"])  # (L, B)
+                logratio = new_logprob - d["log_probs"]
+                ratio = logratio.exp()
+                alive_mb = d["alive"]
+                with torch.no_grad():
+                    approx_kl = masked_mean((ratio - 1) - logratio, alive_mb)  # Schulman's k3 estimator
+                    clipfracs.append(masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), alive_mb).item())
+
+                # Clipped surrogate objective (Schulman et al. 2017, eq. 7), the team advantage for every agent
+                adv = d["advantages"][..., None]  # (L, B, 1), broadcast over the agent axis
+                clipped_ratio = ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = masked_mean(torch.max(-adv * ratio, -adv * clipped_ratio), alive_mb)
+                # Team-value loss on V_tot, clipped around the rollout's prediction (in normalised units)
+                team_alive_mb = d["team_alive"]
+                v_loss_unclipped = (new_value - d["targets"]) ** 2
+                if args.clip_vloss:
+                    old_value = d["state_values"][..., 0]  # (L, B)
+                    v_clipped = old_value + (new_value - old_value).clamp(-args.clip_coef, args.clip_coef)
+                    v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - d["targets"]) ** 2),
+                                               team_alive_mb)
+                else:
+                    v_loss = 0.5 * masked_mean(v_loss_unclipped, team_alive_mb)
+                entropy_loss = masked_mean(entropy, alive_mb)
+                loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+
+                optimizer.zero_grad()
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+                optimizer.step()
+        live = team_alive.bool()
+        stats = dict(policy_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_loss.item(),
+                     approx_kl=approx_kl.item(), clipfrac=float(np.mean(clipfracs)), grad_norm=grad_norm.item(),
+                     explained_variance=explained_variance(values[live], returns[live]))
+        update_s = time.time() - t_update
+
+# ============================================================================ 8. LOGGING
+        if args.eval_every and global_step >= next_eval:
+            t_eval = time.time()
+            eval_returns = evaluate(eval_envs, actor, args.eval_episodes, device)
+            eval_time += time.time() - t_eval
+            eval_history.append((global_step, float(eval_returns.mean())))
+            writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
+            next_eval += args.eval_every
+        sps = (global_step - start_step) / max(time.time() - start_time - eval_time, 1e-9)
+        if train_returns:
+            writer.add_scalar("charts/episodic_return", np.mean(train_returns), global_step)
+            writer.add_scalar("charts/episodic_length", np.mean(train_lengths), global_step)
+            for i, agent_return in enumerate(np.mean(agent_returns, axis=0)):
+                writer.add_scalar(f"charts/agent_{i}/episodic_return", agent_return, global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        for key, value in stats.items():
+            writer.add_scalar(f"losses/{key}", value, global_step)
+        writer.add_scalar("timers/rollout_s", rollout_s, global_step)
+        writer.add_scalar("timers/update_s", update_s, global_step)
+        progress.maybe_print(global_step, sps, {"train_return": np.mean(train_returns) if train_returns else None,
+                                                "eval_return": eval_history[-1][1] if eval_history else None,
+                                                "value_loss": stats["value_loss"], "entropy": stats["entropy"]})
+        train_returns, train_lengths, agent_returns = [], [], []
+        if next_ckpt is not None and global_step >= next_ckpt:
+            save_checkpoint(os.path.join(run_path, "checkpoint.pt"), checkpoint_payload(
+                args, actor, critic, mixer, value_norm, optimizer, shuffle_gen, global_step, iteration))
+            next_ckpt += args.checkpoint_every
+
+    # Final greedy evaluation (unless one just ran) and the run's files.
+    if not eval_history or eval_history[-1][0] != global_step:
+        t_eval = time.time()
+        eval_returns = evaluate(eval_envs, actor, args.eval_episodes, device)
+        eval_time += time.time() - t_eval
+        eval_history.append((global_step, float(eval_returns.mean())))
+        writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
+    save_checkpoint(os.path.join(run_path, "checkpoint.pt"),
+                    checkpoint_payload(args, actor, critic, mixer, value_norm, optimizer, shuffle_gen, global_step,
+                                       args.num_iterations))
+    summary = {"algo": "vdppo", "env": args.env, "seed": args.seed, "global_step": global_step,
+               "wall_time_s": time.time() - start_time, "sps": (global_step - start_step) / max(
+                   time.time() - start_time - eval_time, 1e-9),
+               "eval_return_mean": float(eval_returns.mean()), "eval_return_std": float(eval_returns.std()),
+               "eval_episodes": int(len(eval_returns)), "eval_history": eval_history, "run_dir": run_path,
+               "final_losses": stats}
+    write_json_atomic(os.path.join(run_path, "summary.json"), summary)
+    progress.maybe_print(global_step, summary["sps"], {"eval_return": summary["eval_return_mean"]}, force=True)
+    writer.close()
+    envs.close()
+    eval_envs.close()
+    return summary
+
+
+if __name__ == "__main__":
+    main(parse_args(Args, description=__doc__))
