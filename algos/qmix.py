@@ -11,20 +11,17 @@ replay of whole episodes. Run:
     python algos/qmix.py --env simple_spread
 """
 import copy
-import os
 import time
 from dataclasses import dataclass
 from typing import Literal, Optional, Tuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.tensorboard import SummaryWriter
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, parse_args, saved_args
-from common.run_utils import (Progress, args_dict, evaluate, load_checkpoint, new_run_dir, pick_device, rng_state,
-                              save_checkpoint, save_gif, seed_everything, set_rng_state, write_json_atomic)
+from common.cli import ConfigError, parse_args
+from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
+                              rng_state, save_checkpoint, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import QMixer, QPolicy, ValueNorm
 
@@ -209,26 +206,10 @@ def checkpoint_payload(args, agents, mixer, target_agents, target_mixer, optimiz
 
 def evaluate_checkpoint(args: Args) -> dict:
     """Load a run's agents, run greedy episodes, print the returns (and save a GIF if asked)."""
-    device = pick_device(args.cuda)
-    ckpt = load_checkpoint(args.evaluate_checkpoint, device)
-    if ckpt["algo"] != "qmix":
-        raise ConfigError(f"{args.evaluate_checkpoint} holds a {ckpt['algo']} run; "
-                          f"evaluate it with algos/{ckpt['algo']}.py")
-    saved = Args(**saved_args(Args, ckpt["args"]))
-    env = make_env(saved.env, 1 if args.render_gif else args.eval_num_envs, args.seed + 10_000,
-                   parse_env_kwargs(saved.env_kwargs), render_mode="rgb_array" if args.render_gif else None,
-                   device=device)
+    ckpt, saved, env, device = checkpoint_for_evaluation(args, "qmix", Args)
     agents, _ = build_networks(saved, env, device)
     agents.load_state_dict(ckpt["agents"])
-    frames = [] if args.render_gif else None
-    returns = evaluate(env, agents, 1 if args.render_gif else args.eval_episodes, device, frames=frames)
-    if args.render_gif:
-        save_gif(frames, args.render_gif)
-        print(f"saved {len(frames)} frames to {args.render_gif}")
-    print(f"{saved.env}: greedy return over {len(returns)} episodes: mean {returns.mean():.2f}, "
-          f"std {returns.std():.2f}")
-    env.close()
-    return {"eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns))}
+    return report_greedy_evaluation(args, saved, env, agents, device)
 
 
 def main(args: Args) -> dict:
@@ -254,30 +235,19 @@ def main(args: Args) -> dict:
     buffer = MultiAgentRolloutBuffer(N, capacity=max(1, args.buffer_size // E))
     sample_gen = torch.Generator().manual_seed(args.seed)  # replay draws: same seed, same batches
     global_step, start_iteration, updates = 0, 1, 0
-    if args.resume:
-        ckpt = load_checkpoint(args.resume, device)
-        if ckpt["args"]["env"] != args.env or ckpt["algo"] != "qmix":
-            raise ConfigError(f"--resume {args.resume} holds a {ckpt['algo']} run on {ckpt['args']['env']}, "
-                              f"not qmix on {args.env}")
+    ckpt, run_path = start_or_resume(args, "qmix", device)  # a resumed run gets its RNG states back
+    if ckpt is not None:
         for module, key in ((agents, "agents"), (mixer, "mixer"), (target_agents, "target_agents"),
                             (target_mixer, "target_mixer"), (optimizer, "optimizer"), (reward_norm, "reward_norm")):
             module.load_state_dict(ckpt[key])
         buffer.load_state_dict(ckpt["replay"])
         buffer.capacity = max(1, args.buffer_size // E)
         global_step, start_iteration, updates = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["updates"]
-        set_rng_state(ckpt["rng"])
         sample_gen.set_state(ckpt["sample_rng"])
-        run_path = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
-    else:
-        run_path = new_run_dir(args.run_dir, "qmix", args.env, args.seed, args.exp_name)
-    writer = SummaryWriter(run_path)
-    write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
-    progress = Progress(args.total_timesteps)
 
-    eval_history, eval_returns, train_returns, train_lengths = [], np.array([np.nan]), [], []
-    next_eval = (global_step // args.eval_every + 1) * args.eval_every if args.eval_every else None
-    next_ckpt = (global_step // args.checkpoint_every + 1) * args.checkpoint_every if args.checkpoint_every else None
-    start_time, eval_time, start_step = time.time(), 0.0, global_step
+    train_returns, train_lengths = [], []  # training episodes ended since the last log
+    # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
+    recorder = RunRecorder(args, "qmix", run_path, global_step, device)
     stats, iteration, fresh = {}, start_iteration - 1, False
     while global_step < args.total_timesteps:
         iteration += 1
@@ -388,54 +358,22 @@ def main(args: Args) -> dict:
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        if args.eval_every and global_step >= next_eval:
-            t_eval = time.time()
-            eval_returns = evaluate(eval_envs, agents, args.eval_episodes, device)
-            eval_time += time.time() - t_eval
-            eval_history.append((global_step, float(eval_returns.mean())))
-            writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
-            next_eval += args.eval_every
-        sps = (global_step - start_step) / max(time.time() - start_time - eval_time, 1e-9)
-        if train_returns:
-            writer.add_scalar("charts/episodic_return", np.mean(train_returns), global_step)
-            writer.add_scalar("charts/episodic_length", np.mean(train_lengths), global_step)
-        writer.add_scalar("charts/epsilon", epsilon, global_step)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        for key, value in stats.items():
-            writer.add_scalar(f"losses/{key}", value, global_step)
-        writer.add_scalar("timers/rollout_s", rollout_s, global_step)
-        writer.add_scalar("timers/update_s", update_s, global_step)
-        progress.maybe_print(global_step, sps, {"train_return": np.mean(train_returns) if train_returns else None,
-                                                "eval_return": eval_history[-1][1] if eval_history else None,
-                                                "epsilon": epsilon, "td_loss": stats.get("td_loss")})
+        recorder.maybe_evaluate(eval_envs, agents, global_step)  # greedy, every --eval-every env steps
+        recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths,
+                               charts={"epsilon": epsilon},
+                               console={"epsilon": epsilon, "td_loss": stats.get("td_loss")})
         train_returns, train_lengths = [], []
-        if next_ckpt is not None and global_step >= next_ckpt:
-            save_checkpoint(os.path.join(run_path, "checkpoint.pt"), checkpoint_payload(
+        if recorder.checkpoint_due(global_step):
+            save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
                 args, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen,
                 global_step, iteration, updates))
-            next_ckpt += args.checkpoint_every
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    if not eval_history or eval_history[-1][0] != global_step:
-        t_eval = time.time()
-        eval_returns = evaluate(eval_envs, agents, args.eval_episodes, device)
-        eval_time += time.time() - t_eval
-        eval_history.append((global_step, float(eval_returns.mean())))
-        writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
-    save_checkpoint(os.path.join(run_path, "checkpoint.pt"), checkpoint_payload(
-        args, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen,
-        global_step, iteration, updates))
-    summary = {"algo": "qmix", "env": args.env, "seed": args.seed, "global_step": global_step,
-               "wall_time_s": time.time() - start_time, "sps": (global_step - start_step) / max(
-                   time.time() - start_time - eval_time, 1e-9),
-               "eval_return_mean": float(eval_returns.mean()), "eval_return_std": float(eval_returns.std()),
-               "eval_episodes": int(len(eval_returns)), "eval_history": eval_history, "run_dir": run_path,
-               "final_losses": stats}
-    write_json_atomic(os.path.join(run_path, "summary.json"), summary)
-    progress.maybe_print(global_step, summary["sps"], {"eval_return": summary["eval_return_mean"]}, force=True)
-    writer.close()
-    envs.close()
-    eval_envs.close()
+    recorder.final_evaluation(eval_envs, agents, global_step)
+    save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+        args, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen, global_step,
+        iteration, updates))
+    summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 
 

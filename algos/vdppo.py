@@ -8,19 +8,17 @@ objective uses. The same file as algos/mappo.py except the critic. Run:
 
     python algos/vdppo.py --env simple_spread
 """
-import os
 import time
 from dataclasses import dataclass
 from typing import Literal, Optional, Tuple
 
 import numpy as np
 import torch
-from torch.utils.tensorboard import SummaryWriter
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, parse_args, saved_args
-from common.run_utils import (Progress, args_dict, evaluate, load_checkpoint, pick_device, new_run_dir, rng_state,
-                              save_checkpoint, save_gif, seed_everything, set_rng_state, write_json_atomic)
+from common.cli import ConfigError, parse_args
+from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
+                              rng_state, save_checkpoint, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, QMixer, ValueNorm, VDNMixer, explained_variance
 
@@ -216,26 +214,10 @@ def checkpoint_payload(args, actor, critic, mixer, value_norm, optimizer, shuffl
 
 def evaluate_checkpoint(args: Args) -> dict:
     """Load a run's actor, run greedy episodes, print the returns (and save a GIF if asked)."""
-    device = pick_device(args.cuda)
-    ckpt = load_checkpoint(args.evaluate_checkpoint, device)
-    if ckpt["algo"] != "vdppo":
-        raise ConfigError(f"{args.evaluate_checkpoint} holds a {ckpt['algo']} run; "
-                          f"evaluate it with algos/{ckpt['algo']}.py")
-    saved = Args(**saved_args(Args, ckpt["args"]))
-    env = make_env(saved.env, 1 if args.render_gif else args.eval_num_envs, args.seed + 10_000,
-                   parse_env_kwargs(saved.env_kwargs), render_mode="rgb_array" if args.render_gif else None,
-                   device=device)
+    ckpt, saved, env, device = checkpoint_for_evaluation(args, "vdppo", Args)
     actor, _, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
-    frames = [] if args.render_gif else None
-    returns = evaluate(env, actor, 1 if args.render_gif else args.eval_episodes, device, frames=frames)
-    if args.render_gif:
-        save_gif(frames, args.render_gif)
-        print(f"saved {len(frames)} frames to {args.render_gif}")
-    print(f"{saved.env}: greedy return over {len(returns)} episodes: mean {returns.mean():.2f}, "
-          f"std {returns.std():.2f}, min {returns.min():.2f}, max {returns.max():.2f}")
-    env.close()
-    return {"eval_return_mean": float(returns.mean()), "eval_episodes": len(returns)}
+    return report_greedy_evaluation(args, saved, env, actor, device)
 
 
 def main(args: Args) -> dict:
@@ -259,23 +241,13 @@ def main(args: Args) -> dict:
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
     global_step, start_iteration = 0, 1
-    if args.resume:
-        ckpt = load_checkpoint(args.resume, device)
-        if ckpt["args"]["env"] != args.env or ckpt["algo"] != "vdppo":
-            raise ConfigError(f"--resume {args.resume} holds a {ckpt['algo']} run on {ckpt['args']['env']}, "
-                              f"not vdppo on {args.env}")
+    ckpt, run_path = start_or_resume(args, "vdppo", device)  # a resumed run gets its RNG states back
+    if ckpt is not None:
         for module, key in ((actor, "actor"), (critic, "critic"), (mixer, "mixer"), (value_norm, "value_norm"),
                             (optimizer, "optimizer")):
             module.load_state_dict(ckpt[key])
         global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
-        set_rng_state(ckpt["rng"])
         shuffle_gen.set_state(ckpt["shuffle_rng"])
-        run_path = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
-    else:
-        run_path = new_run_dir(args.run_dir, "vdppo", args.env, args.seed, args.exp_name)
-    writer = SummaryWriter(run_path)
-    write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
-    progress = Progress(args.total_timesteps)
     L = args.chunk_len if args.recurrent != "none" else 1
 
     obs_np, state_np, mask_np = envs.reset()
@@ -285,10 +257,9 @@ def main(args: Args) -> dict:
     starts = torch.ones(E, N, device=device)  # 1 where an episode starts: recurrent states reset there
     actor_state = actor.initial_state(E, device)  # tuple of (E, N, H), or None
     critic_state = critic.initial_state(E, device)
-    eval_history, eval_returns, train_returns, train_lengths, agent_returns = [], np.array([np.nan]), [], [], []
-    next_eval = (global_step // args.eval_every + 1) * args.eval_every if args.eval_every else None
-    next_ckpt = (global_step // args.checkpoint_every + 1) * args.checkpoint_every if args.checkpoint_every else None
-    start_time, eval_time, start_step = time.time(), 0.0, global_step
+    train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
+    # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
+    recorder = RunRecorder(args, "vdppo", run_path, global_step, device)
 
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):
@@ -426,55 +397,20 @@ def main(args: Args) -> dict:
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        if args.eval_every and global_step >= next_eval:
-            t_eval = time.time()
-            eval_returns = evaluate(eval_envs, actor, args.eval_episodes, device)
-            eval_time += time.time() - t_eval
-            eval_history.append((global_step, float(eval_returns.mean())))
-            writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
-            next_eval += args.eval_every
-        sps = (global_step - start_step) / max(time.time() - start_time - eval_time, 1e-9)
-        if train_returns:
-            writer.add_scalar("charts/episodic_return", np.mean(train_returns), global_step)
-            writer.add_scalar("charts/episodic_length", np.mean(train_lengths), global_step)
-            for i, agent_return in enumerate(np.mean(agent_returns, axis=0)):
-                writer.add_scalar(f"charts/agent_{i}/episodic_return", agent_return, global_step)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        for key, value in stats.items():
-            writer.add_scalar(f"losses/{key}", value, global_step)
-        writer.add_scalar("timers/rollout_s", rollout_s, global_step)
-        writer.add_scalar("timers/update_s", update_s, global_step)
-        progress.maybe_print(global_step, sps, {"train_return": np.mean(train_returns) if train_returns else None,
-                                                "eval_return": eval_history[-1][1] if eval_history else None,
-                                                "value_loss": stats["value_loss"], "entropy": stats["entropy"]})
+        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy, every --eval-every env steps
+        recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
+                               charts={"learning_rate": optimizer.param_groups[0]["lr"]},
+                               console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]})
         train_returns, train_lengths, agent_returns = [], [], []
-        if next_ckpt is not None and global_step >= next_ckpt:
-            save_checkpoint(os.path.join(run_path, "checkpoint.pt"), checkpoint_payload(
+        if recorder.checkpoint_due(global_step):
+            save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
                 args, actor, critic, mixer, value_norm, optimizer, shuffle_gen, global_step, iteration))
-            next_ckpt += args.checkpoint_every
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    if not eval_history or eval_history[-1][0] != global_step:
-        t_eval = time.time()
-        eval_returns = evaluate(eval_envs, actor, args.eval_episodes, device)
-        eval_time += time.time() - t_eval
-        eval_history.append((global_step, float(eval_returns.mean())))
-        writer.add_scalar("eval/episodic_return", eval_returns.mean(), global_step)
-    save_checkpoint(os.path.join(run_path, "checkpoint.pt"),
-                    checkpoint_payload(args, actor, critic, mixer, value_norm, optimizer, shuffle_gen, global_step,
-                                       args.num_iterations))
-    summary = {"algo": "vdppo", "env": args.env, "seed": args.seed, "global_step": global_step,
-               "wall_time_s": time.time() - start_time, "sps": (global_step - start_step) / max(
-                   time.time() - start_time - eval_time, 1e-9),
-               "eval_return_mean": float(eval_returns.mean()), "eval_return_std": float(eval_returns.std()),
-               "eval_episodes": int(len(eval_returns)), "eval_history": eval_history, "run_dir": run_path,
-               "final_losses": stats}
-    write_json_atomic(os.path.join(run_path, "summary.json"), summary)
-    progress.maybe_print(global_step, summary["sps"], {"eval_return": summary["eval_return_mean"]}, force=True)
-    writer.close()
-    envs.close()
-    eval_envs.close()
+    recorder.final_evaluation(eval_envs, actor, global_step)
+    save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+        args, actor, critic, mixer, value_norm, optimizer, shuffle_gen, global_step, args.num_iterations))
+    summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 
 

@@ -1,15 +1,22 @@
 """Plumbing shared by every algorithm file: seeding, devices, run folders, atomic checkpoints,
-summary.json, console progress, and greedy evaluation. Nothing here is RL maths."""
+summary.json, console progress, greedy evaluation, and the bookkeeping of a training run
+(`start_or_resume`, `RunRecorder`, `checkpoint_for_evaluation`, `report_greedy_evaluation`).
+Nothing here is RL maths: what is trained, logged as a loss or saved in a checkpoint is decided
+in the algorithm files."""
 import dataclasses
 import json
 import os
 import random
 import tempfile
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from torch.utils.tensorboard import SummaryWriter
+
+from common.cli import ConfigError, saved_args
+from envs import make_env, parse_env_kwargs
 
 
 # ----------------------------------------------------------------------------- seeding, devices
@@ -180,3 +187,169 @@ def save_gif(frames, path: str, fps: int = 10) -> None:
         raise ValueError("no frames to save: the env returned no rgb_array frames")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     images[0].save(path, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
+
+
+# ----------------------------------------------------------------------------- a training run
+def start_or_resume(args, algo: str, device: torch.device) -> Tuple[Optional[Dict[str, Any]], str]:
+    """The run folder and, with `--resume`, the checkpoint to continue from: (checkpoint or None, path).
+
+    A fresh run gets a new folder (`new_run_dir`). A resumed run writes on into its old folder;
+    the checkpoint must hold the same algorithm on the same env, and every global random
+    generator (Python, NumPy, torch) is put back where it was when it was saved. Restoring
+    networks, optimisers, counters and the algorithm's own generators from the returned
+    checkpoint is left to the algorithm file, which alone knows what it saved.
+    """
+    if not args.resume:
+        return None, new_run_dir(args.run_dir, algo, args.env, args.seed, args.exp_name)
+    ckpt = load_checkpoint(args.resume, device)
+    if ckpt["args"]["env"] != args.env or ckpt["algo"] != algo:
+        raise ConfigError(f"--resume {args.resume} holds a {ckpt['algo']} run on {ckpt['args']['env']}, "
+                          f"not {algo} on {args.env}")
+    set_rng_state(ckpt["rng"])
+    return ckpt, args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
+
+
+def _next_multiple(step: int, every: int) -> Optional[int]:
+    """The first multiple of `every` after `step` (None when `every` is 0: never)."""
+    return (step // every + 1) * every if every else None
+
+
+class RunRecorder:
+    """What every training run records besides its losses, kept in one place.
+
+    Made when training starts (it starts the clock): opens the TensorBoard writer in the run
+    folder and writes `args.json`. Then, once per iteration, `maybe_evaluate` runs the greedy
+    evaluation every `--eval-every` env steps, `log_iteration` writes the TensorBoard scalars
+    and the console line, and `checkpoint_due` says when to save. At the end,
+    `final_evaluation` and `finish` write `summary.json`. SPS counts env steps taken by this
+    process per second of wall-clock time, evaluation time left out.
+    """
+
+    def __init__(self, args, algo: str, run_path: str, global_step: int, device: torch.device):
+        self.args, self.algo, self.run_path, self.device = args, algo, run_path, device
+        self.checkpoint_path = os.path.join(run_path, "checkpoint.pt")
+        self.writer = SummaryWriter(run_path)
+        write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
+        self.progress = Progress(args.total_timesteps)
+        self.eval_history: List[Tuple[int, float]] = []  # (global_step, mean greedy return) of each evaluation
+        self.eval_returns = np.array([np.nan])  # the returns of the latest evaluation, one per episode
+        self.next_eval = _next_multiple(global_step, args.eval_every)
+        self.next_ckpt = _next_multiple(global_step, args.checkpoint_every)
+        self.start_time, self.eval_time, self.start_step = time.time(), 0.0, global_step
+
+    def evaluate(self, eval_envs, policy, global_step: int) -> np.ndarray:
+        """Run `--eval-episodes` greedy episodes now, log `eval/episodic_return`, return the returns."""
+        t_eval = time.time()
+        self.eval_returns = evaluate(eval_envs, policy, self.args.eval_episodes, self.device)
+        self.eval_time += time.time() - t_eval
+        self.eval_history.append((global_step, float(self.eval_returns.mean())))
+        self.writer.add_scalar("eval/episodic_return", self.eval_returns.mean(), global_step)
+        return self.eval_returns
+
+    def maybe_evaluate(self, eval_envs, policy, global_step: int) -> Optional[np.ndarray]:
+        """`evaluate` once every `--eval-every` env steps (never when it is 0); None when not due."""
+        if not self.args.eval_every or global_step < self.next_eval:
+            return None
+        self.next_eval += self.args.eval_every
+        return self.evaluate(eval_envs, policy, global_step)
+
+    def final_evaluation(self, eval_envs, policy, global_step: int) -> np.ndarray:
+        """The evaluation `summary.json` reports: `evaluate` now, unless one just ran at this step."""
+        if not self.eval_history or self.eval_history[-1][0] != global_step:
+            self.evaluate(eval_envs, policy, global_step)
+        return self.eval_returns
+
+    def sps(self, global_step: int) -> float:
+        """Env steps per second since this process started training, evaluation time left out."""
+        return (global_step - self.start_step) / max(time.time() - self.start_time - self.eval_time, 1e-9)
+
+    def log_iteration(self, global_step: int, stats: Dict[str, float], rollout_s: float, update_s: float,
+                      train_returns: Sequence[float], train_lengths: Sequence[int],
+                      agent_returns: Optional[Sequence[Sequence[float]]] = None,
+                      charts: Optional[Dict[str, float]] = None, console: Optional[Dict[str, float]] = None) -> float:
+        """Write one iteration's TensorBoard scalars and (every few seconds) the console line; return SPS.
+
+        `train_returns`, `train_lengths` and `agent_returns` (per agent, `(episodes, N)`) are those
+        of the training episodes that ended in this iteration: their means go to
+        `charts/episodic_return`, `charts/episodic_length` and `charts/agent_<i>/episodic_return`,
+        unless no episode ended. Then `charts/SPS`, `charts/<key>` for every entry of `charts`,
+        `losses/<key>` for every entry of `stats`, and `timers/rollout_s`, `timers/update_s`. The
+        console line shows the training and latest evaluation returns, then `console`'s fields.
+        """
+        w, sps = self.writer, self.sps(global_step)
+        if train_returns:
+            w.add_scalar("charts/episodic_return", np.mean(train_returns), global_step)
+            w.add_scalar("charts/episodic_length", np.mean(train_lengths), global_step)
+            if agent_returns:
+                for i, agent_return in enumerate(np.mean(agent_returns, axis=0)):
+                    w.add_scalar(f"charts/agent_{i}/episodic_return", agent_return, global_step)
+        w.add_scalar("charts/SPS", sps, global_step)
+        for key, value in (charts or {}).items():
+            w.add_scalar(f"charts/{key}", value, global_step)
+        for key, value in stats.items():
+            w.add_scalar(f"losses/{key}", value, global_step)
+        w.add_scalar("timers/rollout_s", rollout_s, global_step)
+        w.add_scalar("timers/update_s", update_s, global_step)
+        self.progress.maybe_print(global_step, sps, {
+            "train_return": np.mean(train_returns) if train_returns else None,
+            "eval_return": self.eval_history[-1][1] if self.eval_history else None, **(console or {})})
+        return sps
+
+    def checkpoint_due(self, global_step: int) -> bool:
+        """True once every `--checkpoint-every` env steps (never when it is 0); the schedule then moves on."""
+        if self.next_ckpt is None or global_step < self.next_ckpt:
+            return False
+        self.next_ckpt += self.args.checkpoint_every
+        return True
+
+    def finish(self, global_step: int, final_losses: Dict[str, float], close: Iterable = ()) -> Dict[str, Any]:
+        """Write `summary.json` (after `final_evaluation`), print the last console line, close the
+        writer and the envs in `close`; return the summary, which `main` returns too."""
+        returns = self.eval_returns
+        summary = {"algo": self.algo, "env": self.args.env, "seed": self.args.seed, "global_step": global_step,
+                   "wall_time_s": time.time() - self.start_time, "sps": self.sps(global_step),
+                   "eval_return_mean": float(returns.mean()), "eval_return_std": float(returns.std()),
+                   "eval_episodes": int(len(returns)), "eval_history": self.eval_history, "run_dir": self.run_path,
+                   "final_losses": final_losses}
+        write_json_atomic(os.path.join(self.run_path, "summary.json"), summary)
+        self.progress.maybe_print(global_step, summary["sps"], {"eval_return": summary["eval_return_mean"]},
+                                  force=True)
+        self.writer.close()
+        for env in close:
+            env.close()
+        return summary
+
+
+# ----------------------------------------------------------------------------- --evaluate-checkpoint
+def checkpoint_for_evaluation(args, algo: str, args_cls) -> Tuple[Dict[str, Any], Any, Any, torch.device]:
+    """For `--evaluate-checkpoint`: (checkpoint, the run's saved Args, an evaluation env, device).
+
+    A checkpoint written by another algorithm is refused with the file to use. The env is the
+    run's env (its saved `--env` and `--env-kwargs`), seeded `seed + 10_000 + i`: `--eval-num-envs`
+    copies, or one copy that renders when `--render-gif` asks for a GIF.
+    """
+    device = pick_device(args.cuda)
+    ckpt = load_checkpoint(args.evaluate_checkpoint, device)
+    if ckpt["algo"] != algo:
+        raise ConfigError(f"{args.evaluate_checkpoint} holds a {ckpt['algo']} run; "
+                          f"evaluate it with algos/{ckpt['algo']}.py")
+    saved = args_cls(**saved_args(args_cls, ckpt["args"]))
+    env = make_env(saved.env, 1 if args.render_gif else args.eval_num_envs, args.seed + 10_000,
+                   parse_env_kwargs(saved.env_kwargs), render_mode="rgb_array" if args.render_gif else None,
+                   device=device)
+    return ckpt, saved, env, device
+
+
+def report_greedy_evaluation(args, saved, env, policy, device: torch.device) -> Dict[str, Any]:
+    """Play `--eval-episodes` greedy episodes with the loaded `policy` (one episode, saved as a
+    GIF, with `--render-gif`), print the returns' mean, std, min and max, close `env`,
+    and return {"eval_return_mean", "eval_episodes"}."""
+    frames = [] if args.render_gif else None
+    returns = evaluate(env, policy, 1 if args.render_gif else args.eval_episodes, device, frames=frames)
+    if args.render_gif:
+        save_gif(frames, args.render_gif)
+        print(f"saved {len(frames)} frames to {args.render_gif}")
+    print(f"{saved.env}: greedy return over {len(returns)} episodes: mean {returns.mean():.2f}, "
+          f"std {returns.std():.2f}, min {returns.min():.2f}, max {returns.max():.2f}")
+    env.close()
+    return {"eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns))}

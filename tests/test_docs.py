@@ -177,15 +177,70 @@ def test_benchmark_commands_use_existing_flags(doc, command, argv):
 
 
 # ----------------------------------------------------------------------------- logged keys
+RUN_UTILS = os.path.join(REPO, "common", "run_utils.py")
+
+
+def fstring_template(key: ast.AST) -> tuple:
+    """A TensorBoard key as (template with {} for each placeholder, [placeholder names])."""
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return key.value.replace("{", "{{").replace("}", "}}"), []
+    fields = ([v.value for v in key.values if isinstance(v, ast.FormattedValue)]
+              if isinstance(key, ast.JoinedStr) else [])
+    if not fields or not all(isinstance(f, ast.Name) for f in fields):
+        raise AssertionError(f"cannot read the TensorBoard key {ast.unparse(key)!r}; extend logged_keys()")
+    return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in key.values), [f.id for f in fields]
+
+
+def is_add_scalar(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_scalar"
+
+
+def recorder_methods() -> dict:
+    """What each method of `common.run_utils.RunRecorder` logs, the methods it calls on `self`
+    included: {method: (its parameter names, [(template, placeholders, the parameter the key's
+    loop iterates over, or None)])}. E.g. `log_iteration` writes f"losses/{key}" for every entry
+    of its `stats` parameter, and f"charts/agent_{i}/episodic_return" only when given
+    `agent_returns`."""
+    tree = ast.parse(read(RUN_UTILS))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RunRecorder")
+    own, calls, params = {}, {}, {}
+    for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+        params[fn.name] = [a.arg for a in fn.args.args[1:]]
+        own[fn.name], calls[fn.name] = [], set()
+        loops = [n for n in ast.walk(fn) if isinstance(n, ast.For)]
+        for node in ast.walk(fn):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"):
+                calls[fn.name].add(node.func.attr)
+            if not is_add_scalar(node):
+                continue
+            template, names = fstring_template(node.args[0])
+            source = None
+            if names:  # the parameter that the innermost loop around this call iterates over
+                loop = [lp for lp in loops if node in ast.walk(lp)][-1:]
+                source = next((n.id for lp in loop for n in ast.walk(lp.iter)
+                               if isinstance(n, ast.Name) and n.id in params[fn.name]), None)
+                assert source, f"RunRecorder.{fn.name} logs {template!r} from no parameter; extend recorder_methods()"
+            own[fn.name].append((template, names, source))
+    methods = {}
+    for name in own:  # add the keys of the methods it calls on self (one level, as in evaluate)
+        methods[name] = (params[name], own[name] + [k for other in calls[name] if other in own for k in own[other]])
+    return methods
+
+
 def logged_keys(source: str) -> set:
-    """Every TensorBoard key an algorithm file passes to `add_scalar`.
+    """Every TensorBoard key an algorithm file logs: the keys it passes to `add_scalar`, and those
+    its calls to `common.run_utils.RunRecorder` methods write (`maybe_evaluate`, `log_iteration`...).
 
     An f-string key whose placeholder is the loop variable of `for key, value in
     stats.items()`, such as f"losses/{key}", is expanded with every key of the `stats` dict the
-    file builds (`stats = dict(policy_loss=..., ...)`). Any other placeholder stays a
-    placeholder in angle brackets: f"charts/agent_{i}/episodic_return" is documented as
-    `charts/agent_<i>/episodic_return`. A key that is neither a string nor an f-string of
-    plain names fails here, so that a new logging form is noticed rather than skipped.
+    file builds (`stats = dict(policy_loss=..., ...)`); likewise the recorder's f"losses/{key}"
+    and f"charts/{key}" with the `stats` and the `charts={...}` dict the file passes to
+    `log_iteration`. Any other placeholder stays a placeholder in angle brackets:
+    f"charts/agent_{i}/episodic_return" is documented as `charts/agent_<i>/episodic_return`
+    (written by the recorder only when the file passes `agent_returns`). A key that is neither a
+    string nor an f-string of plain names fails here, so that a new logging form is noticed
+    rather than skipped.
     """
     tree = ast.parse(source)
     stats_keys, stats_loop_vars = set(), set()
@@ -202,33 +257,49 @@ def logged_keys(source: str) -> set:
                 stats_loop_vars.add(target.id)
     keys = set()
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_scalar"):
+        if not is_add_scalar(node):
             continue
-        key = node.args[0]
-        if isinstance(key, ast.Constant) and isinstance(key.value, str):
-            keys.add(key.value)
-            continue
-        fields = ([v.value for v in key.values if isinstance(v, ast.FormattedValue)]
-                  if isinstance(key, ast.JoinedStr) else [])
-        if not fields or not all(isinstance(f, ast.Name) for f in fields):
-            raise AssertionError(f"cannot read the TensorBoard key {ast.unparse(key)!r}; extend logged_keys()")
-        names = [f.id for f in fields]
-        template = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in key.values)
+        template, names = fstring_template(node.args[0])
         if len(names) == 1 and names[0] in stats_loop_vars:
-            assert stats_keys, f"{ast.unparse(key)} loops over `stats`, but no `stats = dict(...)` was found"
+            assert stats_keys, f"{ast.unparse(node.args[0])} loops over `stats`, but no `stats = dict(...)` was found"
             keys |= {template.format(k) for k in stats_keys}
         else:
             keys.add(template.format(*(f"<{n}>" for n in names)))
+    methods = recorder_methods()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in methods
+                and not is_add_scalar(node)):
+            continue
+        params, method_keys = methods[node.func.attr]
+        given = dict(zip(params, node.args))
+        given.update({k.arg: k.value for k in node.keywords if k.arg})
+        for template, names, param in method_keys:
+            if param is None:
+                keys.add(template)
+            elif param not in given or (isinstance(given[param], ast.Constant) and given[param].value is None):
+                continue  # not passed: the recorder writes nothing from it
+            elif isinstance(given[param], ast.Dict):
+                keys |= {template.format(k.value) for k in given[param].keys}
+            elif isinstance(given[param], ast.Name) and given[param].id == "stats":
+                assert stats_keys, f"{node.func.attr}(...) logs `stats`, but no `stats = dict(...)` was found"
+                keys |= {template.format(k) for k in stats_keys}
+            elif isinstance(given[param], ast.Name):
+                keys.add(template.format(*(f"<{n}>" for n in names)))
+            else:
+                raise AssertionError(f"cannot read what {ast.unparse(node)} logs from {param!r}; extend logged_keys()")
     return keys
 
 
 def summary_fields(source: str) -> set:
-    """The keys of the `summary = {...}` dict an algorithm writes to summary.json."""
+    """The keys of the `summary = {...}` dict an algorithm writes to summary.json: built in the
+    file, or by `RunRecorder.finish` in common/run_utils.py when the file calls it."""
     fields = set()
     for node in ast.walk(ast.parse(source)):
         if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "summary" for t in node.targets)
                 and isinstance(node.value, ast.Dict)):
             fields |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+    if not fields and re.search(r"\.finish\(", source):
+        fields = summary_fields(read(RUN_UTILS))
     return fields
 
 
