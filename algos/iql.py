@@ -36,7 +36,8 @@ class Args:
     torch_deterministic: bool = True
     """ask cuDNN for deterministic kernels"""
     cuda: bool = True
-    """run the networks (acting, update, evaluation) on the GPU when one is present"""
+    """run the networks (acting, update, evaluation) on the GPU when one is present; PettingZoo envs step on the
+    CPU, torch: envs on the GPU too"""
     torch_threads: int = 1
     """CPU threads for torch"""
     run_dir: str = "runs"
