@@ -1,0 +1,280 @@
+"""Reading runs back from their folders, and the statistics over seeds that `run.py` reports.
+
+Everything comes from the files a run writes itself (`args.json`, `summary.json`, the
+TensorBoard event files): no web service, no TensorFlow. A run that is still going, or was cut
+short, has no `summary.json`; its evaluation curve and SPS are read from its event files. So
+is the curve of a resumed run, whose `summary.json` covers only the part since the resume.
+
+    records = [read_run(p) for p in find_runs("runs/grid")]
+    rows = results_table(latest_per_seed(records), thresholds={"simple_spread": -30.0})
+"""
+import csv
+import json
+import os
+import struct
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+EVAL_TAG = "eval/episodic_return"
+SPS_TAG = "charts/SPS"
+
+
+# ----------------------------------------------------------------------------- one run
+def find_runs(root: str) -> List[str]:
+    """Every run folder (a folder holding `args.json`) under `root`, `root` itself included, sorted."""
+    found = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        if "args.json" in files:
+            found.append(folder)
+    return sorted(found)
+
+
+def tfevent_records(path: str) -> Iterable[bytes]:
+    """The serialized records of one TensorBoard event file (TFRecord framing: length, CRC of the
+    length, data, CRC of the data; the CRCs are not checked). A record cut off by a killed
+    process ends the file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    i = 0
+    while i + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, i)
+        start = i + 12
+        if start + length + 4 > len(data):
+            return
+        yield data[start:start + length]
+        i = start + length + 4
+
+
+def scalar_history(run_path: str, tags: Sequence[str]) -> Dict[str, List[Tuple[int, float]]]:
+    """{tag: [(step, value), ...]} from every event file of a run folder, steps ascending.
+
+    Event files are read oldest first. A resumed run writes a new file into the same folder and
+    logs again from its checkpoint's step; as TensorBoard itself does, a value at a step not
+    after the last one seen for that tag drops the older values from that step on, so the steps
+    trained twice count once (as the resumed process logged them).
+    """
+    from tensorboard.compat.proto import event_pb2  # protobuf only; no TensorFlow
+
+    files = sorted((f for f in os.listdir(run_path) if f.startswith("events.out.tfevents")), key=_event_file_order)
+    history: Dict[str, List[Tuple[int, float]]] = {tag: [] for tag in tags}
+    needles = [tag.encode() for tag in tags]
+    for name in files:
+        for raw in tfevent_records(os.path.join(run_path, name)):
+            if not any(needle in raw for needle in needles):
+                continue
+            event = event_pb2.Event.FromString(raw)
+            for value in event.summary.value:
+                if value.tag not in history:
+                    continue
+                number = value.simple_value if value.HasField("simple_value") else _tensor_value(value.tensor)
+                points = history[value.tag]
+                while points and points[-1][0] >= event.step:
+                    points.pop()
+                points.append((int(event.step), float(number)))
+    return history
+
+
+def _event_file_order(name: str) -> tuple:
+    """events.out.tfevents.<unix time>.<host>.<pid>.<n>: by time, then by the writer's counter."""
+    parts = name.split(".")
+    return tuple(int(p) if p.isdigit() else 0 for p in (parts[3:4] or ["0"]) + parts[-1:]) + (name,)
+
+
+def _tensor_value(tensor) -> float:
+    if tensor.float_val:
+        return tensor.float_val[0]
+    if tensor.double_val:
+        return tensor.double_val[0]
+    return float(np.frombuffer(tensor.tensor_content, dtype=np.float32)[0])
+
+
+def read_run(run_path: str) -> dict:
+    """One run as a record:
+
+    `path`, `env`, `seed`, `algo`, `label` (the run's `exp_name` or its algorithm: one line per
+    label in plots), `args` (args.json), `finished` (it wrote summary.json), `summary` (or None),
+    `curve` ([(env step, mean greedy evaluation return)], every evaluation the run made, resumed
+    parts included), `global_step`, `final_return` (the final evaluation of a finished run, else
+    the last evaluation so far; NaN if none), `best_return` (the best point of the curve) and
+    `sps` (of a finished run, from summary.json; else the last `charts/SPS` logged).
+
+    An unfinished run's algorithm is taken from its `exp_name` up to the first comma (run.py
+    names sweep points `<algo>,<key>=<value>...`) or, without one, from its folder name.
+    """
+    with open(os.path.join(run_path, "args.json")) as f:
+        args = json.load(f)
+    summary = None
+    if os.path.isfile(os.path.join(run_path, "summary.json")):
+        with open(os.path.join(run_path, "summary.json")) as f:
+            summary = json.load(f)
+    label = args.get("exp_name") or (summary["algo"] if summary else os.path.basename(run_path).split("__")[0])
+    algo = summary["algo"] if summary else label.split(",")[0]
+    points: Dict[int, float] = {}
+    sps = summary["sps"] if summary else float("nan")
+    global_step = summary["global_step"] if summary else 0
+    if summary is None or args.get("resume"):  # summary.json's eval_history would miss steps
+        history = scalar_history(run_path, (EVAL_TAG, SPS_TAG))
+        points.update(history[EVAL_TAG])
+        if summary is None and history[SPS_TAG]:
+            global_step, sps = history[SPS_TAG][-1]
+    if summary:  # exact values (float64) for the steps summary.json covers
+        points.update({int(s): float(v) for s, v in summary["eval_history"]})
+    curve = sorted(points.items())
+    if summary:
+        final = float(summary["eval_return_mean"])
+    else:
+        final = curve[-1][1] if curve else float("nan")
+        global_step = max(global_step, curve[-1][0] if curve else 0)
+    return {"path": run_path, "env": args["env"], "seed": args["seed"], "algo": algo, "label": label, "args": args,
+            "finished": summary is not None, "summary": summary, "curve": curve, "global_step": int(global_step),
+            "final_return": final, "best_return": max((v for _, v in curve), default=float("nan")),
+            "sps": float(sps)}
+
+
+def latest_per_seed(records: Sequence[dict]) -> List[dict]:
+    """One record per (env, label, seed): a finished run before an unfinished one, then the one
+    that got furthest (several folders for one seed come from launches stopped before their
+    first checkpoint)."""
+    best: Dict[tuple, dict] = {}
+    for r in records:
+        key = (r["env"], r["label"], r["seed"])
+        rank = (r["finished"], r["global_step"], r["path"])
+        if key not in best or rank > (best[key]["finished"], best[key]["global_step"], best[key]["path"]):
+            best[key] = r
+    return sorted(best.values(), key=lambda r: (r["env"], r["label"], r["seed"]))
+
+
+# ----------------------------------------------------------------------------- statistics over seeds
+def iqm(x: Sequence[float]) -> float:
+    """Interquartile mean: the mean of the middle half of the values, after cutting
+    floor(n / 4) from each end (as scipy.stats.trim_mean(x, 0.25) and rliable do); the plain
+    mean for fewer than 4 values."""
+    x = np.sort(np.asarray(x, dtype=float))
+    cut = int(0.25 * len(x))
+    return float(x[cut:len(x) - cut].mean()) if len(x) else float("nan")
+
+
+def bootstrap_ci(x: Sequence[float], level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> Tuple[float, float]:
+    """Percentile bootstrap confidence interval of the mean over seeds (resampling seeds with
+    replacement, `n_boot` times, with a fixed generator so tables are reproducible). One value
+    gives a zero-width interval; none gives NaNs."""
+    x = np.asarray(x, dtype=float)
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    means = x[np.random.default_rng(seed).integers(0, len(x), (n_boot, len(x)))].mean(1)  # (n_boot,)
+    alpha = (1.0 - level) / 2
+    return float(np.quantile(means, alpha)), float(np.quantile(means, 1.0 - alpha))
+
+
+def curves_on_grid(curves: Sequence[Sequence[Tuple[int, float]]]) -> Tuple[np.ndarray, np.ndarray]:
+    """Put seeds' curves on one step axis: the union of their evaluation steps, each curve
+    linearly interpolated between its own points and NaN outside its first and last ones (so
+    runs of different lengths, or evaluated at other steps, can be averaged where they overlap).
+    Returns steps (P,) and values (S, P)."""
+    steps = np.array(sorted({s for c in curves for s, _ in c}), dtype=float)  # (P,)
+    values = np.full((len(curves), len(steps)), np.nan)  # (S, P)
+    for i, curve in enumerate(curves):
+        if not curve:
+            continue
+        xs, ys = np.array([s for s, _ in curve], dtype=float), np.array([v for _, v in curve])
+        inside = (steps >= xs[0]) & (steps <= xs[-1])
+        values[i, inside] = np.interp(steps[inside], xs, ys)
+    return steps, values
+
+
+def mean_and_band(values: np.ndarray, level: float = 0.95, n_boot: int = 1000) -> Tuple[np.ndarray, ...]:
+    """Per column of (S, P) values (NaN where a seed has no value): mean over the seeds present,
+    the bootstrap interval of that mean, and how many seeds are present."""
+    count = (~np.isnan(values)).sum(0)  # (P,)
+    mean, low, high = (np.full(values.shape[1], np.nan) for _ in range(3))
+    for p in np.flatnonzero(count):
+        column = values[~np.isnan(values[:, p]), p]
+        mean[p] = column.mean()
+        low[p], high[p] = bootstrap_ci(column, level, n_boot, seed=p)
+    return mean, low, high, count
+
+
+def steps_to_threshold(curve: Sequence[Tuple[int, float]], threshold: float) -> Optional[int]:
+    """The first evaluation step at which the return reached `threshold` (None if never)."""
+    return next((s for s, v in curve if v >= threshold), None)
+
+
+# ----------------------------------------------------------------------------- tables
+TABLE_COLUMNS = ("env", "algo", "seeds", "unfinished", "env_steps_min", "env_steps_max", "final_mean", "final_iqm",
+                 "final_ci_low", "final_ci_high", "best_mean", "best_iqm", "best_ci_low", "best_ci_high", "threshold",
+                 "steps_to_threshold", "reached", "sps")
+
+
+def results_table(records: Sequence[dict], thresholds: Optional[Dict[str, float]] = None) -> List[dict]:
+    """One row per (env, label) over its seeds' records (see `read_run`; pass one record per seed):
+
+    `final_*` is the final evaluation of each seed (the last so far for an unfinished run),
+    `best_*` the best point of each seed's curve; for both, the mean over seeds, the IQM and a
+    95% bootstrap CI of the mean. `steps_to_threshold` is the mean over the seeds that reached
+    `thresholds[env]` of the first evaluation step at or above it; `reached` says how many did
+    ("k/n"). `sps` is the mean over seeds."""
+    thresholds = thresholds or {}
+    groups: Dict[tuple, List[dict]] = {}
+    for r in records:
+        groups.setdefault((r["env"], r["label"]), []).append(r)
+    rows = []
+    for (env, label), runs in groups.items():
+        final = [r["final_return"] for r in runs if np.isfinite(r["final_return"])]
+        best = [r["best_return"] for r in runs if np.isfinite(r["best_return"])]
+        threshold = thresholds.get(env)
+        reach = [steps_to_threshold(r["curve"], threshold) for r in runs] if threshold is not None else []
+        reached = [s for s in reach if s is not None]
+        sps = [r["sps"] for r in runs if np.isfinite(r["sps"])]
+        rows.append({
+            "env": env, "algo": label, "seeds": len(runs), "unfinished": sum(not r["finished"] for r in runs),
+            "env_steps_min": min(r["global_step"] for r in runs), "env_steps_max": max(r["global_step"] for r in runs),
+            "final_mean": float(np.mean(final)) if final else float("nan"), "final_iqm": iqm(final),
+            **dict(zip(("final_ci_low", "final_ci_high"), bootstrap_ci(final))),
+            "best_mean": float(np.mean(best)) if best else float("nan"), "best_iqm": iqm(best),
+            **dict(zip(("best_ci_low", "best_ci_high"), bootstrap_ci(best))),
+            "threshold": threshold, "steps_to_threshold": float(np.mean(reached)) if reached else None,
+            "reached": f"{len(reached)}/{len(runs)}" if threshold is not None else "",
+            "sps": float(np.mean(sps)) if sps else float("nan")})
+    return sorted(rows, key=lambda row: (row["env"], row["algo"]))
+
+
+def write_csv(rows: Sequence[dict], path: str) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=TABLE_COLUMNS)
+        writer.writeheader()
+        writer.writerows({k: ("" if row[k] is None else row[k]) for k in TABLE_COLUMNS} for row in rows)
+
+
+def markdown_table(rows: Sequence[dict]) -> str:
+    """The rows as a Markdown table (returns rounded to 2 decimals)."""
+    lines = ["| env | algo | seeds | env steps | final: mean | final: IQM | final: 95% CI | best: mean | best: IQM "
+             "| best: 95% CI | steps to threshold (reached) | SPS |", "|" + "---|" * 12]
+    for r in rows:
+        steps = f"{r['env_steps_min']:,d}" + (f"-{r['env_steps_max']:,d}" if r["env_steps_max"] != r["env_steps_min"]
+                                               else "")
+        if r["unfinished"]:
+            steps += f" ({r['unfinished']} unfinished)"
+        if r["threshold"] is None:
+            reach = "-"
+        elif r["steps_to_threshold"] is None:
+            reach = f">= {r['threshold']:g}: never ({r['reached']})"
+        else:
+            reach = f">= {r['threshold']:g}: {r['steps_to_threshold']:,.0f} ({r['reached']})"
+        lines.append(f"| {r['env']} | {r['algo']} | {r['seeds']} | {steps} | {r['final_mean']:.2f} | "
+                     f"{r['final_iqm']:.2f} | [{r['final_ci_low']:.2f}, {r['final_ci_high']:.2f}] | "
+                     f"{r['best_mean']:.2f} | {r['best_iqm']:.2f} | "
+                     f"[{r['best_ci_low']:.2f}, {r['best_ci_high']:.2f}] | {reach} | {r['sps']:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_tables(rows: Sequence[dict], folder: str, name: str = "results") -> Tuple[str, str]:
+    """Write `<folder>/<name>.md` and `<folder>/<name>.csv`; return both paths."""
+    os.makedirs(folder, exist_ok=True)
+    md, csv_path = os.path.join(folder, f"{name}.md"), os.path.join(folder, f"{name}.csv")
+    with open(md, "w") as f:
+        f.write("Greedy evaluation return over seeds: final and best evaluation of each seed; mean, interquartile "
+                "mean and 95% bootstrap confidence interval of the mean.\n\n" + markdown_table(rows))
+    write_csv(rows, csv_path)
+    return md, csv_path

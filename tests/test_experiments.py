@@ -1,0 +1,187 @@
+"""Everything around the launcher: the results reader and its statistics (common/results.py),
+`run.py plot` on runs of different lengths and on unfinished runs, `run.py evaluate` with a GIF,
+the Ray backend on a local Ray instance, and the presets of every algorithm."""
+import glob
+import importlib
+import json
+import os
+import shlex
+
+import numpy as np
+import pytest
+
+import run
+from algos import mappo
+from common.cli import load_preset, make_args
+from common.results import (bootstrap_ci, curves_on_grid, iqm, latest_per_seed, mean_and_band, read_run,
+                            results_table, steps_to_threshold)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--num-envs", "2", "--num-steps", "5", "--eval-every", "10", "--eval-episodes", "1", "--eval-num-envs", "1",
+        "--hidden-sizes", "16", "--update-epochs", "1", "--no-cuda"]
+
+
+# ----------------------------------------------------------------------------- statistics
+def test_iqm_cuts_a_quarter_from_each_end():
+    assert iqm([1.0, 2.0, 3.0]) == 2.0  # fewer than 4 values: the mean
+    assert iqm([0.0, 1.0, 2.0, 100.0]) == 1.5  # middle two of four
+    assert iqm([-50.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 1000.0]) == 3.5  # middle four of eight
+
+
+def test_bootstrap_ci_brackets_the_mean_and_is_reproducible():
+    x = np.random.default_rng(0).normal(5.0, 1.0, 20)
+    low, high = bootstrap_ci(x)
+    assert low < x.mean() < high and high - low < 1.5
+    assert bootstrap_ci(x) == (low, high)
+    assert bootstrap_ci([3.0]) == (3.0, 3.0)
+    assert all(np.isnan(bootstrap_ci([])))
+
+
+def test_curves_of_different_lengths_share_a_step_axis():
+    steps, values = curves_on_grid([[(10, 1.0), (20, 2.0), (30, 3.0)], [(10, 3.0), (20, 4.0)], [(15, 0.0), (25, 1.0)]])
+    assert steps.tolist() == [10, 15, 20, 25, 30]
+    assert np.allclose(values[0], [1.0, 1.5, 2.0, 2.5, 3.0])
+    assert np.allclose(values[1, :3], [3.0, 3.5, 4.0]) and np.isnan(values[1, 3:]).all()
+    assert np.isnan(values[2, [0, 4]]).all() and np.allclose(values[2, 1:4], [0.0, 0.5, 1.0])
+    mean, low, high, count = mean_and_band(values)
+    assert count.tolist() == [2, 3, 3, 2, 1]
+    assert mean[0] == 2.0 and mean[4] == 3.0 and low[4] == high[4] == 3.0
+    assert steps_to_threshold([(10, 1.0), (20, 2.0), (30, 3.0)], 2.0) == 20
+    assert steps_to_threshold([(10, 1.0)], 2.0) is None
+
+
+def record(env, label, seed, curve, finished=True, sps=100.0):
+    return {"env": env, "label": label, "algo": label, "seed": seed, "curve": curve, "finished": finished,
+            "global_step": curve[-1][0], "final_return": curve[-1][1], "best_return": max(v for _, v in curve),
+            "sps": sps, "path": f"/runs/{label}{seed}"}
+
+
+def test_results_table_rows_per_env_and_algorithm():
+    records = [record("spread", "mappo", s, [(10, -50.0 + s), (20, -30.0 - s)]) for s in (1, 2, 3)]
+    records += [record("spread", "ippo", 1, [(10, -40.0), (20, -45.0), (30, -20.0)], finished=False)]
+    records += [record("tag", "mappo", 1, [(10, 5.0)])]
+    rows = results_table(records, thresholds={"spread": -35.0})
+    assert [(r["env"], r["algo"], r["seeds"]) for r in rows] == [("spread", "ippo", 1), ("spread", "mappo", 3),
+                                                                ("tag", "mappo", 1)]
+    ippo, mappo, tag = rows
+    assert ippo["unfinished"] == 1 and ippo["final_mean"] == -20.0 and ippo["steps_to_threshold"] == 30
+    assert mappo["final_mean"] == -32.0 and mappo["best_mean"] == -32.0  # the best of each seed is its final
+    assert mappo["final_ci_low"] <= -32.0 <= mappo["final_ci_high"] and mappo["reached"] == "3/3"
+    assert mappo["steps_to_threshold"] == 20 and mappo["env_steps_min"] == mappo["env_steps_max"] == 20
+    assert tag["threshold"] is None and tag["reached"] == ""
+
+
+def test_latest_per_seed_prefers_finished_then_longer_runs():
+    short, longer = record("e", "a", 1, [(10, 0.0)], finished=False), record("e", "a", 1, [(20, 0.0)], finished=False)
+    done = record("e", "a", 1, [(10, 0.0)])
+    assert latest_per_seed([short, longer]) == [longer]
+    assert latest_per_seed([longer, done, short]) == [done]
+
+
+# ----------------------------------------------------------------------------- plot
+def test_plot_runs_of_different_lengths_and_an_unfinished_one(tmp_path):
+    runs = tmp_path / "runs"
+    run.main(["--algo", "mappo", "ippo", "--seeds", "2", "--workers", "1", "--run-dir", str(runs), "--",
+              "--total-timesteps", "40", *TINY])
+    # A shorter mappo run of another seed, made by hand in another layout: plot reads any folder.
+    mappo.main(make_args(mappo.Args, seed=3, total_timesteps=20, run_dir=str(runs / "by_hand"), num_envs=2,
+                         num_steps=5, eval_every=10, eval_episodes=1, eval_num_envs=1, hidden_sizes=(16,),
+                         update_epochs=1, cuda=False))
+    (unfinished,) = glob.glob(str(runs / "simple_spread" / "ippo" / "ippo__simple_spread__2__*"))
+    os.remove(os.path.join(unfinished, "summary.json"))  # as if still running: read from its event files
+
+    out = run.main(["plot", str(runs), "--out", str(tmp_path / "plots"), "--threshold", "simple_spread=-1000"])
+    assert out["pngs"] == [str(tmp_path / "plots" / "simple_spread.png")]
+    assert os.path.getsize(out["pngs"][0]) > 10_000
+    ippo_row, mappo_row = out["rows"]
+    assert (ippo_row["algo"], ippo_row["seeds"], ippo_row["unfinished"], ippo_row["reached"]) == ("ippo", 2, 1, "2/2")
+    assert (mappo_row["algo"], mappo_row["seeds"], mappo_row["env_steps_min"], mappo_row["env_steps_max"]) == (
+        "mappo", 3, 20, 40)
+    assert (tmp_path / "plots" / "results.csv").read_text().count("\n") == 3
+    table = (tmp_path / "plots" / "results.md").read_text()
+    assert "| simple_spread | ippo | 2 | 40 (1 unfinished) |" in table
+    assert "| simple_spread | mappo | 3 | 20-40 |" in table
+    record = read_run(unfinished)
+    assert not record["finished"] and [s for s, _ in record["curve"]] == [10, 20, 30, 40]
+    assert record["sps"] > 0 and record["global_step"] == 40 and record["label"] == "ippo"
+
+
+def test_plot_without_runs_fails(tmp_path):
+    with pytest.raises(SystemExit, match="no runs"):
+        run.main(["plot", str(tmp_path)])
+
+
+# ----------------------------------------------------------------------------- evaluate
+def test_evaluate_a_checkpoint_and_save_a_gif(tmp_path, capsys):
+    (summary,) = run.main(["--algo", "ippo", "--seeds", "1", "--workers", "1", "--run-dir", str(tmp_path), "--",
+                           "--total-timesteps", "10", *TINY])
+    gif = tmp_path / "episode.gif"
+    (result,) = run.main(["evaluate", str(tmp_path), "--episodes", "3", "--video", str(gif), "--no-cuda"])
+    assert result["algo"] == "ippo" and result["eval_episodes"] == 3 and result["run"] == summary["run_dir"]
+    assert gif.read_bytes()[:3] == b"GIF"
+    out = capsys.readouterr().out
+    assert "greedy return over 3 episodes" in out and f"saved 25 frames to {gif}" in out
+
+
+def test_evaluate_refuses_a_video_of_an_env_that_does_not_render(tmp_path):
+    run.main(["--algo", "mappo", "--env", "matrix_game", "--seeds", "1", "--workers", "1", "--run-dir",
+              str(tmp_path), "--", "--total-timesteps", "10", *TINY])
+    with pytest.raises(SystemExit, match="cannot render"):
+        run.main(["evaluate", str(tmp_path), "--episodes", "2", "--video", str(tmp_path / "x.gif"), "--no-cuda"])
+
+
+# ----------------------------------------------------------------------------- Ray
+def test_ray_backend_runs_a_tiny_grid(tmp_path):
+    pytest.importorskip("ray", reason="Ray is optional (pip install ray); --backend local needs nothing")
+    results = run.main(["--algo", "mappo", "--env", "matrix_game", "--seeds", "2", "--backend", "ray",
+                        "--workers", "1", "--run-dir", str(tmp_path), "--", "--total-timesteps", "20", *TINY])
+    assert sorted(r["seed"] for r in results) == [1, 2] and all(r["global_step"] == 20 for r in results)
+    assert len(glob.glob(str(tmp_path / "matrix_game" / "mappo" / "*" / "summary.json"))) == 2
+    with open(tmp_path / "results.json") as f:
+        assert len(json.load(f)["runs"]) == 2
+
+
+# ----------------------------------------------------------------------------- presets
+PRESETS = sorted(glob.glob(os.path.join(REPO, "configs", "*", "*.yaml")))
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=[os.path.relpath(p, REPO) for p in PRESETS])
+def test_every_preset_belongs_to_an_algorithm_and_passes_its_checks(path):
+    algo = os.path.basename(os.path.dirname(path))
+    assert algo in run.ALGOS, f"{os.path.relpath(path, REPO)}: no algos/{algo}.py"
+    module = importlib.import_module(f"algos.{algo}")
+    args = make_args(module.Args, **load_preset(module.Args, path))
+    if hasattr(module, "validate"):
+        module.validate(args)
+    assert run.preset_for(algo, args.env) == path
+
+
+def test_torch_port_falls_back_to_the_pettingzoo_preset():
+    assert run.preset_for("mappo", "torch:simple_spread") == os.path.join(REPO, "configs", "mappo",
+                                                                          "simple_spread.yaml")
+    assert run.preset_for("mappo", "simple_tag") is None
+
+
+# ----------------------------------------------------------------------------- the documented grids
+def documented_launches():
+    """The `python run.py ...` launch commands in README.md and docs/how-to.md (not plot/evaluate)."""
+    found = []
+    for doc in ("README.md", os.path.join("docs", "how-to.md")):
+        with open(os.path.join(REPO, doc)) as f:
+            for line in f:
+                if not line.startswith("python run.py "):
+                    continue
+                argv = shlex.split(line.strip(), comments=True)
+                if argv[2:3] not in (["plot"], ["evaluate"]):
+                    found.append((doc, argv[2:]))
+    return found
+
+
+@pytest.mark.parametrize("doc,argv", documented_launches(), ids=[" ".join(a) for _, a in documented_launches()])
+def test_documented_grids_plan(doc, argv, monkeypatch, capsys):
+    """Every launch the docs show is planned in full (presets, sweep values, every run's Args
+    and validate()) by --dry-run, which runs nothing."""
+    monkeypatch.chdir(REPO)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    assert run.main([*argv[:cut], "--dry-run", *argv[cut:]]) == []
+    assert " runs: " in capsys.readouterr().out
