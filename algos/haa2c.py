@@ -1,0 +1,389 @@
+"""HAA2C: heterogeneous-agent A2C (Zhong et al. 2024, "Heterogeneous-Agent Reinforcement
+Learning", JMLR, arXiv:2304.09870; the sequential update of Kuba et al. 2022, arXiv:2109.11251;
+A2C is the synchronous A3C of Mnih et al. 2016, arXiv:1602.01783).
+
+Every agent has its own policy parameters; one critic on the global state values the team's
+return. Each update draws a random order of the agents, and they update one after another,
+each with the policy-gradient loss of the joint advantage weighted by the product of the
+probability ratios pi_new / pi_old of the agents updated before it: no ratio clipping, no
+minibatches. The same file as algos/maa2c.py except the team critic and that sequential
+update. Run:
+
+    python algos/haa2c.py --env simple_spread
+"""
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional, Tuple
+
+import torch
+
+from buffers import MultiAgentRolloutBuffer
+from common.cli import ConfigError, parse_args
+from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
+                              rng_state, save_checkpoint, seed_everything, start_or_resume)
+from envs import make_env, parse_env_kwargs
+from nets import Actor, Critic, ValueNorm, explained_variance
+
+
+# ============================================================================ 1. ARGS
+@dataclass
+class Args:
+    # --- experiment
+    exp_name: Optional[str] = None
+    """run-name prefix (default: the algorithm's name)"""
+    seed: int = 1
+    """seed of python, numpy, torch; env copy i is seeded with seed + i"""
+    torch_deterministic: bool = True
+    """ask cuDNN for deterministic kernels"""
+    cuda: bool = True
+    """run the networks (acting, update, evaluation) on the GPU when one is present; PettingZoo envs step on the
+    CPU, torch: envs on the GPU too"""
+    torch_threads: int = 1
+    """CPU threads for torch; the networks are small, and 1 thread leaves a core for the env"""
+    run_dir: str = "runs"
+    """each run writes <run_dir>/<run_name>/: TensorBoard logs, args.json, checkpoint.pt, summary.json"""
+    total_timesteps: int = 10_000_000
+    """training length in env steps, summed over env copies (one env step = all agents act once)"""
+    eval_every: int = 100_000
+    """greedy evaluation every this many env steps (0 disables it; a final one always runs)"""
+    eval_episodes: int = 100
+    """episodes per greedy evaluation"""
+    eval_num_envs: int = 10
+    """env copies used only for evaluation (seeded seed + 10_000 + i)"""
+    checkpoint_every: int = 500_000
+    """save <run_dir>/<run_name>/checkpoint.pt every this many env steps (0: only at the end)"""
+    resume: Optional[str] = None
+    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
+    with it override them (e.g. a larger --total-timesteps)"""
+    evaluate_checkpoint: Optional[str] = None
+    """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
+    render_gif: Optional[str] = None
+    """with --evaluate-checkpoint: also save one episode as a GIF at this path"""
+    config: Optional[str] = None
+    """YAML preset of Args fields (defaults < preset < command line); unknown keys are errors"""
+
+    # --- env
+    env: str = "simple_spread"
+    """registry name (python -c 'import envs; print(envs.known_envs())')"""
+    env_kwargs: Tuple[str, ...] = ()
+    """scenario arguments as KEY=VALUE, e.g. N=5 max_cycles=50 continuous_actions=true"""
+    num_envs: int = 32
+    """E, env copies stepped together in the rollout (A2C's only source of decorrelated samples)"""
+
+    # --- algorithm
+    num_steps: int = 10
+    """T, steps per env copy in each rollout (one iteration = T * E env steps and one gradient step)"""
+    learning_rate: float = 1e-3
+    """Adam learning rate of every agent's actor and of the critic"""
+    anneal_lr: bool = True
+    """decay the learning rate linearly over total_timesteps (the last iteration uses lr / num_iterations)"""
+    gamma: float = 0.95
+    """discount factor (0.99 made one-step-per-rollout learning diverge on simple_spread; see the docs page)"""
+    gae_lambda: float = 0.95
+    """lambda of generalised advantage estimation; 1.0 gives A3C's n-step returns (every step bootstraps
+    from V at the rollout's end, n = the steps left in the rollout)"""
+    update_epochs: int = 5
+    """gradient steps of each agent in its turn, and of the critic, on the whole rollout (HARL's a2c_epoch 5;
+    1 is exactly A2C's step, later steps follow the importance-weighted, unclipped objective M * A * rho)"""
+    norm_adv: bool = True
+    """normalise advantages to zero mean and unit std over the rollout (live entries)"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    max_grad_norm: float = 10.0
+    """gradient-norm clip, of each agent's actor step and of the critic's"""
+    value_norm: bool = True
+    """normalise the team-value targets with running statistics (MAPPO's ValueNorm)"""
+    recurrent: Literal["none", "gru", "lstm"] = "none"
+    """recurrent core in actor and critic (trained on each copy's whole rollout of T steps)"""
+    hidden_sizes: Tuple[int, ...] = (64, 64)
+    """hidden layer widths of actor and critic"""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """hidden activation"""
+
+    @property
+    def batch_size(self) -> int:
+        """env steps per iteration"""
+        return self.num_steps * self.num_envs
+
+    @property
+    def num_iterations(self) -> int:
+        return max(1, self.total_timesteps // self.batch_size)
+
+
+def validate(args: Args) -> None:
+    """Reject option combinations that cannot work, saying what is accepted."""
+    for name in ("num_envs", "num_steps", "update_epochs", "eval_episodes", "eval_num_envs", "total_timesteps"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not 0.0 <= args.gae_lambda <= 1.0:
+        raise ConfigError(f"--gae-lambda must be in [0, 1] (1.0: n-step returns), got {args.gae_lambda}")
+    if args.render_gif and not args.evaluate_checkpoint:
+        raise ConfigError("--render-gif needs --evaluate-checkpoint")
+
+
+# ============================================================================ 2. NETWORKS
+def build_networks(args: Args, env, device):
+    """Decentralised actor with separate parameters per agent (stacked, run as one batched call);
+    one team critic V(s) on the global state."""
+    action_size = env.n_actions if env.discrete else env.action_dim
+    actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
+                  False, args.hidden_sizes, args.recurrent, args.activation).to(device)
+    # The critic is one "agent", the team (its agent-id one-hot is a constant 1): (L, B, 1, state_dim) -> (L, B, 1)
+    critic = Critic(env.state_dim, 1, True, args.hidden_sizes, args.recurrent, args.activation).to(device)
+    return actor, critic
+
+
+# ============================================================================ 3. ALGORITHM FUNCTIONS
+def team_value(critic, state: torch.Tensor, critic_state, starts: torch.Tensor):
+    """V(s) of the team: state (L, B, state_dim), starts (L, B, N) -> (value (L, B), critic_state).
+    One value per env step: the joint advantage it gives is what every agent's update weighs."""
+    value, critic_state = critic(state.unsqueeze(-2), critic_state, starts[..., :1])  # (L, B, 1)
+    return value[..., 0], critic_state
+
+
+def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
+    """Per-agent flags (T, E, N) -> the team's (terminated, truncated), each (T, E): the team's episode ends
+    with the env copy's, cut by the clock if any agent was truncated (VDPPO's, algos/vdppo.py)."""
+    ended = episode_ends[..., 0]  # (T, E)
+    cut = truncated.amax(-1)  # (T, E)
+    return ended * (1.0 - cut), ended * cut
+
+
+def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E[, N]).
+
+    Here (T, E): the team reward and the team value. next_values[t] is V of the true next state
+    s_{t+1} (the final observation where the episode ended). A time-limit truncation still
+    bootstraps from it: the episode was cut, the task was not over. Termination does not. Either
+    way the advantage does not flow back across the episode boundary. lam = 1 gives the n-step
+    returns of A3C (Mnih et al. 2016): the discounted rewards up to the rollout's end, plus the
+    discounted V(s_T) there.
+    """
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        not_terminal = 1.0 - terminated[t]
+        episode_goes_on = 1.0 - torch.maximum(terminated[t], truncated[t])
+        delta = rewards[t] + gamma * next_values[t] * not_terminal - values[t]
+        last = delta + gamma * lam * episode_goes_on * last
+        advantages[t] = last
+    return advantages, advantages + values  # advantages, returns (value targets)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def agent_ratio(dist, d, agent: int) -> torch.Tensor:
+    """pi_new / pi_old of one agent at every step, (T, E); 1 where the agent was not alive."""
+    ratio = (dist.log_prob(d["actions"])[..., agent] - d["log_probs"][..., agent]).exp()
+    return torch.where(d["alive"][..., agent].bool(), ratio, torch.ones_like(ratio))
+
+
+def agent_policy_loss(dist, d, agent: int, factor: torch.Tensor, advantages: torch.Tensor):
+    """HAA2C's loss for one agent, from its slice of every agent's distribution:
+    -mean_alive[M * A * rho], with rho its own ratio pi / pi_old, A the team advantage and
+    M = factor (T, E), the product of the ratios of the agents updated before it. At the
+    rollout's policy rho = 1 and the gradient is A2C's, M * A * grad log pi (Mnih et al. 2016,
+    Algorithm S3). Returns (loss, entropy)."""
+    ratio = (dist.log_prob(d["actions"])[..., agent] - d["log_probs"][..., agent]).exp()  # (T, E)
+    alive = d["alive"][..., agent]
+    return -masked_mean(factor * advantages * ratio, alive), masked_mean(dist.entropy()[..., agent], alive)
+
+
+def checkpoint_payload(args, actor, critic, value_norm, actor_optimizers, critic_optimizer, order_gen, global_step,
+                       iteration):
+    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts."""
+    return {"algo": "haa2c", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
+            "value_norm": value_norm.state_dict(), "actor_optimizers": [o.state_dict() for o in actor_optimizers],
+            "critic_optimizer": critic_optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
+            "rng": rng_state(), "order_rng": order_gen.get_state()}
+
+
+def evaluate_checkpoint(args: Args) -> dict:
+    """Load a run's actor, run greedy episodes, print the returns (and save a GIF if asked)."""
+    ckpt, saved, env, device = checkpoint_for_evaluation(args, "haa2c", Args)
+    actor, _ = build_networks(saved, env, device)
+    actor.load_state_dict(ckpt["actor"])
+    return report_greedy_evaluation(args, saved, env, actor, device)
+
+
+def main(args: Args) -> dict:
+    validate(args)
+    if args.evaluate_checkpoint:
+        return evaluate_checkpoint(args)
+
+# ============================================================================ 4. SETUP
+    seed_everything(args.seed, args.torch_deterministic)
+    torch.set_num_threads(args.torch_threads)
+    device = pick_device(args.cuda)
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
+    envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
+    eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
+    E, N, T = args.num_envs, envs.n_agents, args.num_steps
+    actor, critic = build_networks(args, envs, device)
+    value_norm = ValueNorm().to(device)
+    # One Adam per agent over the stacked actor weights: agent n's loss has exactly zero gradient
+    # on the other agents' slices, so its Adam's moments there stay zero and so do its updates.
+    # Each agent thus keeps its own moment estimates, as if it had its own network.
+    actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=args.learning_rate, eps=1e-5) for _ in range(N)]
+    critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.learning_rate, eps=1e-5)
+    optimizers = actor_optimizers + [critic_optimizer]
+    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    order_gen = torch.Generator().manual_seed(args.seed)  # the agents' update orders (same seed, same losses)
+    global_step, start_iteration = 0, 1
+    ckpt, run_path = start_or_resume(args, "haa2c", device)  # a resumed run gets its RNG states back
+    if ckpt is not None:
+        actor.load_state_dict(ckpt["actor"])
+        critic.load_state_dict(ckpt["critic"])
+        value_norm.load_state_dict(ckpt["value_norm"])
+        for optimizer, saved in zip(optimizers, ckpt["actor_optimizers"] + [ckpt["critic_optimizer"]]):
+            optimizer.load_state_dict(saved)
+        global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
+        order_gen.set_state(ckpt["order_rng"])
+
+    obs_np, state_np, mask_np = envs.reset()
+    obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
+    state = torch.as_tensor(state_np, device=device)  # (E, state_dim)
+    mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, n_actions)
+    starts = torch.ones(E, N, device=device)  # 1 where an episode starts: recurrent states reset there
+    actor_state = actor.initial_state(E, device)  # tuple of (E, N, H), or None
+    critic_state = critic.initial_state(E, device)  # tuple of (E, 1, H), or None
+    train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
+    # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
+    recorder = RunRecorder(args, "haa2c", run_path, global_step, device)
+
+    stats = {}
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:
+            for optimizer in optimizers:
+                optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - (iteration - 1) / args.num_iterations)
+
+# ============================================================================ 5. ROLLOUT
+        t_rollout = time.time()
+        buffer.reset_current_episode()
+        # The update replays each copy's whole rollout as one sequence from these states; the
+        # networks do not change in between, so it rebuilds exactly the rollout's states.
+        first_actor_state, first_critic_state = actor_state, critic_state
+        for step in range(T):
+            global_step += E
+            # The buffer keeps every entry per agent: team quantities (state, V(s)) are stored once
+            # per agent, identical along the agent axis, and read back as [..., 0].
+            extras = {"episode_starts": starts, "global_states": state[:, None].expand(E, N, state.shape[-1])}
+            if mask is not None:
+                extras["action_masks"] = mask
+            with torch.no_grad():
+                dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
+                action = dist.sample()  # (1, E, N) or (1, E, N, act_dim)
+                logprob = dist.log_prob(action)  # (1, E, N)
+                value, critic_state = team_value(critic, state[None], critic_state, starts[None])  # (1, E)
+            result = envs.step(action[0])  # a torch env keeps it on the device
+            next_obs = torch.as_tensor(result.obs, device=device)
+            final_obs = torch.as_tensor(result.final_obs, device=device)  # true s_{t+1}, before auto-reset
+            final_value = torch.zeros_like(value)
+            if result.done.any():  # V(final state) where an episode ended: what a truncation bootstraps from
+                final_state = torch.as_tensor(result.final_state, device=device)
+                with torch.no_grad():
+                    final_value, _ = team_value(critic, final_state[None], critic_state,
+                                                torch.zeros_like(starts)[None])  # (1, E)
+            ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
+            buffer.add_transition(
+                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0][:, None].expand(E, N),
+                rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
+                dones=torch.as_tensor(result.terminated, device=device).float(),
+                truncated=torch.as_tensor(result.truncated, device=device).float(),
+                alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
+                final_values=final_value[0][:, None].expand(E, N), **extras)
+            obs, state = next_obs, torch.as_tensor(result.state, device=device)
+            mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
+            starts = ended
+            train_returns.extend(result.episode_return[result.done].sum(-1).tolist())
+            agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
+            train_lengths.extend(result.episode_length[result.done].tolist())
+        with torch.no_grad():  # V(s_T): bootstraps the last step wherever its episode goes on
+            last_value, _ = team_value(critic, state[None], critic_state, starts[None])  # (1, E)
+        rollout_s = time.time() - t_rollout
+
+# ============================================================================ 6. POSTPROCESS
+        t_update = time.time()
+        buffer.end_episode()
+        b = buffer.batch(device)  # every tensor (T, E, N, ...)
+        with torch.no_grad():
+            # V(s_{t+1}) is the next step's value while the episode goes on, and the value of the
+            # final state where it ended (the next step's value belongs to a new episode).
+            values = b["state_values"][..., 0]  # (T, E) V(s) as predicted in the rollout
+            next_values = torch.cat([values[1:], last_value], dim=0)  # (T, E)
+            next_values = torch.where(b["episode_ends"][..., 0].bool(), b["final_values"][..., 0], next_values)
+            values = value_norm.denormalize(values) if args.value_norm else values
+            next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
+            # One team reward, one team value: GAE gives the joint advantage A(s, a) of each env
+            # step, the quantity the multi-agent advantage decomposition splits among the agents.
+            team_reward = b["rewards"].sum(-1)  # (T, E), R_pz3 units for mpe2
+            terminated, truncated = team_flags(b["truncated"], b["episode_ends"])  # (T, E) each
+            advantages, returns = compute_gae(team_reward, values, next_values, terminated, truncated,
+                                              args.gamma, args.gae_lambda)  # (T, E) each
+            team_alive = b["alive"].amax(-1)  # (T, E): steps in which some agent acted
+            if args.norm_adv:
+                adv_mean = masked_mean(advantages, team_alive)
+                adv_std = masked_mean((advantages - adv_mean) ** 2, team_alive).sqrt()
+                advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised over the whole rollout
+            if args.value_norm:
+                value_norm.update(returns[team_alive.bool()])
+            targets = value_norm.normalize(returns) if args.value_norm else returns
+
+# ============================================================================ 7. UPDATE
+        # The agents update one after another, in an order drawn afresh for every update
+        # (Kuba et al. 2022). factor (T, E) is M = the product of pi_new / pi_old of the agents already
+        # updated; the next agent's policy gradient weighs its advantage with M, so it improves the
+        # joint advantage given its predecessors' new policies. Every forward pass runs all agents'
+        # stacked networks at once (each copy's whole rollout as one sequence); each loss reads its
+        # agent's slice.
+        factor = torch.ones(T, E, device=device)  # (T, E)
+        for agent in torch.randperm(N, generator=order_gen).tolist():
+            for epoch in range(args.update_epochs):
+                dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
+                pg_loss, entropy_loss = agent_policy_loss(dist, b, agent, factor, advantages)
+                actor_optimizers[agent].zero_grad()
+                (pg_loss - args.ent_coef * entropy_loss).backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
+                actor_optimizers[agent].step()
+            with torch.no_grad():  # the agent's ratio at its new policy joins the factor
+                dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
+                factor = factor * agent_ratio(dist, b, agent)
+        # The team critic: regression on the value targets.
+        for epoch in range(args.update_epochs):
+            new_value, _ = team_value(critic, b["global_states"][..., 0, :], first_critic_state,
+                                      b["episode_starts"])  # (T, E)
+            v_loss = 0.5 * masked_mean((new_value - targets) ** 2, team_alive)
+            critic_optimizer.zero_grad()
+            v_loss.backward()
+            torch.nn.utils.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
+            critic_optimizer.step()
+        live = team_alive.bool()
+        stats = dict(policy_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_loss.item(),
+                     grad_norm=grad_norm.item(), explained_variance=explained_variance(values[live], returns[live]))
+        update_s = time.time() - t_update
+
+# ============================================================================ 8. LOGGING
+        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy, every --eval-every env steps
+        recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
+                               charts={"learning_rate": critic_optimizer.param_groups[0]["lr"]},
+                               console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]})
+        train_returns, train_lengths, agent_returns = [], [], []
+        if recorder.checkpoint_due(global_step):
+            save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+                args, actor, critic, value_norm, actor_optimizers, critic_optimizer, order_gen, global_step,
+                iteration))
+
+    # Final greedy evaluation (unless one just ran) and the run's files.
+    recorder.final_evaluation(eval_envs, actor, global_step)
+    save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+        args, actor, critic, value_norm, actor_optimizers, critic_optimizer, order_gen, global_step,
+        args.num_iterations))
+    summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
+    return summary
+
+
+if __name__ == "__main__":
+    main(parse_args(Args, description=__doc__))
