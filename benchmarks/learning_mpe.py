@@ -7,11 +7,13 @@ point within each budget and its final point, beside the bars and reference numb
     MAPPO >= -30 within 2M env steps, >= -25 within 10M;  IPPO >= -32 within 2M
     QMIX, VDN, QPLEX >= -30 within 2M;  IQL >= -35 within 2M
     VDPPO >= -28 within 5M;  MAA2C, VDA2C, IA2C >= -35;  COMA >= -40;  IPG >= -50 (5M)
+    continuous actions (--continuous): MADDPG, MATD3, FACMAC, MASAC >= -30 within 2M;  IDDPG >= -35
     random -79, scripted (optimal assignment) -22.6 (REFERENCE.md)
 
     python benchmarks/learning_mpe.py --algo mappo ippo --seeds 3 --total-timesteps 2000000
     python benchmarks/learning_mpe.py --algo qmix vdn --env torch:simple_spread   # the batched torch port
     python benchmarks/learning_mpe.py --from-runs runs/bench   # re-read finished runs
+    python benchmarks/learning_mpe.py --algo maddpg matd3 facmac masac iddpg --env torch:simple_spread --continuous
 
 `--env torch:simple_spread` trains on the torch port of the same task (same dynamics, step for
 step; initial states drawn by torch instead of numpy), which runs several times faster.
@@ -29,6 +31,10 @@ BARS = {("mappo", 2_000_000): -30.0, ("mappo", 10_000_000): -25.0, ("ippo", 2_00
         ("qmix", 2_000_000): -30.0, ("vdn", 2_000_000): -30.0, ("qplex", 2_000_000): -30.0, ("iql", 2_000_000): -35.0,
         ("vdppo", 5_000_000): -28.0, ("maa2c", 5_000_000): -35.0, ("vda2c", 5_000_000): -35.0,
         ("ia2c", 5_000_000): -35.0, ("coma", 5_000_000): -40.0, ("ipg", 5_000_000): -50.0}
+# The deterministic-policy / continuous-control family: bars on continuous simple_spread (--continuous)
+BARS.update({("maddpg", 2_000_000): -30.0, ("matd3", 2_000_000): -30.0, ("facmac", 2_000_000): -30.0,
+             ("masac", 2_000_000): -30.0, ("iddpg", 2_000_000): -35.0})
+RANDOM_CONTINUOUS = -75.4  # uniform random actions in the box, 1000 episodes of mpe2 simple_spread (torch port -75.0)
 SPREAD_NAMES = ("simple_spread", "simple_spread_v3", "mpe2:simple_spread", "torch:simple_spread", "torch:simple_spread_v3")
 RANDOM, SCRIPTED = -79.0, -22.6
 
@@ -130,6 +136,8 @@ def main() -> None:
     parser.add_argument("--run-dir", default="runs/bench")
     parser.add_argument("--from-runs", default=None, help="read every run folder under this one (summary.json, or the TensorBoard log of "
                         "an unfinished run) instead of training")
+    parser.add_argument("--continuous", action="store_true", help="train with --env-kwargs continuous_actions=true "
+                        f"(random {RANDOM_CONTINUOUS}); the bars of iddpg, maddpg, facmac, matd3, masac are set there")
     parser.add_argument("--json", default=None, help="write the table and curves to this JSON file")
     parser.add_argument("--plot", default=None, help="write the learning curves to this PNG file")
     opts = parser.parse_args()
@@ -139,7 +147,8 @@ def main() -> None:
     else:
         summaries = launcher.main(["--algo", *opts.algo, "--env", opts.env, "--seeds", str(opts.seeds),
                                    "--workers", str(opts.workers), "--run-dir", opts.run_dir, "--",
-                                   "--total-timesteps", str(opts.total_timesteps)])
+                                   "--total-timesteps", str(opts.total_timesteps)]
+                                  + (["--env-kwargs", "continuous_actions=true"] if opts.continuous else []))
     by_algo = {}
     summaries = [s for s in summaries if s["eval_history"]]
     for s in summaries:

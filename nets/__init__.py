@@ -3,9 +3,10 @@ before the features: (..., N, in_dim)."""
 from nets.layers import MLP, AgentLinear, make_linear
 from nets.policy import (Actor, AgentNet, Critic, GreedyQ, MaskedCategorical, MaskedGaussian, QPolicy, ValueNorm,
                          explained_variance)
-from nets.mixers import QMixer, QPLEXMixer, VDNMixer
+from nets.policy import DeterministicActor, SquashedGaussianActor
+from nets.mixers import NonMonotonicMixer, QMixer, QPLEXMixer, VDNMixer
 from nets.recurrent import RecurrentCore
 
 __all__ = ["MLP", "AgentLinear", "make_linear", "RecurrentCore", "AgentNet", "Actor", "Critic",
            "ValueNorm", "MaskedCategorical", "MaskedGaussian", "explained_variance", "VDNMixer", "QMixer",
-           "QPLEXMixer", "QPolicy", "GreedyQ"]
+           "QPLEXMixer", "QPolicy", "GreedyQ", "DeterministicActor", "SquashedGaussianActor", "NonMonotonicMixer"]

@@ -12,6 +12,8 @@ All take per-agent values with the agent axis last, `qs (..., N)`, and the globa
   lambda_i > 0 from attention over agents; since A_i <= 0 with equality at agent i's greedy
   action, the individually greedy joint action maximises Q_tot (the IGM principle) without
   restricting Q_tot to be monotone.
+- NonMonotonicMixer (Peng et al. 2021, FACMAC): QMixer's architecture with unconstrained weights,
+  for actor-critic methods that never take an argmax over Q_tot.
 """
 import math
 
@@ -95,3 +97,23 @@ class QPLEXMixer(nn.Module):
         gate = torch.sigmoid(self.agents(state).view(B, self.n_heads, N) + self.action(joint).view(B, self.n_heads, N))
         lam = (key * gate).sum(1) + 1e-10  # (B, N), lambda_i > 0
         return (v.sum(-1) + (lam * adv).sum(-1)).view(lead)
+
+
+class NonMonotonicMixer(QMixer):
+    """QMIX's hypernetwork mixer without the abs() on its weights (FACMAC, Peng et al. 2021):
+    Q_tot(s, Q_1..Q_N) may decrease in some Q_i. Monotonicity is what lets value-based agents
+    act greedily on their own Q_i; actor-critic methods act through their actors and train them
+    through Q_tot's gradient, so they can drop it and represent more joint-action values.
+
+    forward(qs (..., N), state (..., state_dim)) -> q_tot (...)
+    """
+
+    def forward(self, qs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        qs, state, lead = _flat(qs, state)
+        B = qs.shape[0]
+        w1 = self.hyper_w1(state).view(B, self.n_agents, self.embed_dim)  # (B, N, embed), any sign
+        b1 = self.hyper_b1(state).view(B, 1, self.embed_dim)
+        hidden = F.elu(torch.bmm(qs.unsqueeze(1), w1) + b1)  # (B, 1, embed)
+        w2 = self.hyper_w2(state).view(B, self.embed_dim, 1)  # (B, embed, 1), any sign
+        b2 = self.hyper_b2(state).view(B, 1, 1)
+        return (torch.bmm(hidden, w2) + b2).view(lead)

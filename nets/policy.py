@@ -3,6 +3,7 @@
 All take inputs shaped (L, B, N, in_dim): a time axis (L = 1 while acting, a sequence chunk
 while training a recurrent model), batch axes, then the agent axis.
 """
+import math
 from typing import Optional, Sequence
 
 import torch
@@ -145,6 +146,103 @@ class Critic(nn.Module):
         return value.squeeze(-1), state  # (L, B, N)
 
 
+class DeterministicAction:
+    """The "distribution" of a deterministic continuous policy: `mode()` and `sample()` are mu(o);
+    exploration noise is the algorithm's business."""
+
+    def __init__(self, action: torch.Tensor):
+        self.action = action
+
+    def mode(self) -> torch.Tensor:
+        return self.action
+
+    sample = mode
+
+
+class DeterministicActor(nn.Module):
+    """Deterministic policy mu(o) of the DDPG family (DDPG, MADDPG, FACMAC, MATD3), feed-forward.
+
+    `output(obs (..., N, obs_dim), action_mask)` ->
+      continuous: actions (..., N, act_dim) = tanh(net(o)) in the adapters' normalised box
+                  [-1, 1] (the env adapter maps it onto each agent's own bounds), 0 in padded dims;
+      discrete:   logits (..., N, n_actions) with unavailable and padded actions at the dtype's
+                  minimum; the algorithm turns them into one-hot actions (Gumbel-softmax).
+    forward(obs (L, B, N, obs_dim), state, starts, action_mask) -> (policy, None): the `Actor`
+    interface that `common.run_utils.evaluate` calls; `policy.mode()` is mu(o) (continuous) or
+    the argmax of the logits (discrete).
+    """
+
+    def __init__(self, obs_dim: int, n_agents: int, discrete: bool, action_size: int,
+                 action_dim_mask: torch.Tensor, share_params: bool = True, hidden_sizes=(64, 64),
+                 activation: str = "relu"):
+        super().__init__()
+        self.discrete = discrete
+        self.net = AgentNet(obs_dim, action_size, n_agents, share_params, hidden_sizes, "none", out_gain=0.01,
+                            activation=activation)
+        self.register_buffer("action_dim_mask", torch.as_tensor(action_dim_mask, dtype=torch.bool))
+
+    def initial_state(self, batch: int, device=None):
+        return None
+
+    def output(self, obs: torch.Tensor, action_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        out, _ = self.net(obs)  # (..., N, action_size)
+        if self.discrete:
+            mask = self.action_dim_mask if action_mask is None else action_mask.bool()
+            return out.masked_fill(~mask, torch.finfo(out.dtype).min)
+        return torch.tanh(out) * self.action_dim_mask  # padded dimensions stay 0
+
+    def forward(self, obs, state=None, starts=None, action_mask=None):
+        out = self.output(obs, action_mask)
+        return (MaskedCategorical(out) if self.discrete else DeterministicAction(out)), None
+
+
+class SquashedGaussian:
+    """tanh(u), u ~ N(mean, std): a Gaussian squashed into [-1, 1] (SAC, Haarnoja et al. 2018,
+    appendix C). Padded action dimensions are 0 and do not count in the log-probability."""
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor, dim_mask: torch.Tensor):
+        self.mean, self.std, self.dim_mask = mean, log_std.exp(), dim_mask.float()
+
+    def rsample_with_log_prob(self):
+        """A reparameterised draw (gradients reach mean and std) and its log-density:
+        log pi(a) = sum_d [log N(u_d) - log(1 - tanh(u_d)^2)], the change of variables of eq. 21;
+        log(1 - tanh(u)^2) is written as 2 (log 2 - u - softplus(-2u)) for numerical stability."""
+        u = self.mean + self.std * torch.randn_like(self.mean)
+        log_prob = Normal(self.mean, self.std, validate_args=False).log_prob(u)
+        log_prob = log_prob - 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+        return torch.tanh(u) * self.dim_mask, (log_prob * self.dim_mask).sum(-1)  # (..., act_dim), (...)
+
+    def sample(self) -> torch.Tensor:
+        return self.rsample_with_log_prob()[0].detach()
+
+    def mode(self) -> torch.Tensor:
+        return torch.tanh(self.mean) * self.dim_mask
+
+
+class SquashedGaussianActor(nn.Module):
+    """Stochastic continuous policy of SAC-style methods: obs (..., N, obs_dim) -> SquashedGaussian
+    over (..., N, act_dim) with a state-dependent mean and log-std (clamped to [-5, 2]).
+
+    forward(obs (L, B, N, obs_dim), state, starts, action_mask) -> (dist, None), the `Actor`
+    interface; `dist.mode()` is tanh(mean), the greedy action used in evaluation.
+    """
+
+    def __init__(self, obs_dim: int, n_agents: int, action_dim: int, action_dim_mask: torch.Tensor,
+                 share_params: bool = True, hidden_sizes=(64, 64), activation: str = "relu"):
+        super().__init__()
+        self.net = AgentNet(obs_dim, 2 * action_dim, n_agents, share_params, hidden_sizes, "none", out_gain=0.01,
+                            activation=activation)
+        self.register_buffer("action_dim_mask", torch.as_tensor(action_dim_mask, dtype=torch.bool))
+
+    def initial_state(self, batch: int, device=None):
+        return None
+
+    def forward(self, obs, state=None, starts=None, action_mask=None):
+        out, _ = self.net(obs)  # (..., N, 2 * act_dim)
+        mean, log_std = out.chunk(2, dim=-1)
+        return SquashedGaussian(mean, log_std.clamp(-5.0, 2.0), self.action_dim_mask), None
+
+
 class GreedyQ:
     """The greedy "distribution" of a Q network: `mode()` is the best available action.
 
@@ -260,4 +358,5 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
 
 
 __all__ = ["AgentNet", "Actor", "Critic", "ValueNorm", "MaskedCategorical", "MaskedGaussian",
-           "explained_variance"]
+           "explained_variance", "DeterministicAction", "DeterministicActor", "SquashedGaussian",
+           "SquashedGaussianActor"]

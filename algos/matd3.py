@@ -1,0 +1,387 @@
+"""MATD3: MADDPG with the three fixes of TD3 (Ackermann et al. 2019, "Reducing Overestimation
+Bias in Multi-Agent Domains Using Double Centralized Critics", arXiv:1910.01465; TD3: Fujimoto et
+al. 2018, "Addressing Function Approximation Error in Actor-Critic Methods", arXiv:1802.09477).
+
+As MADDPG, every agent i has a deterministic actor mu_i(o_i) and centralised critics on the
+global state and every agent's action, trained on its own reward from a replay; but each agent
+has two critics and bootstraps from the smaller of their target values (clipped double Q), the
+target actions carry clipped noise (target policy smoothing), and the actors and the target
+networks are updated only every --policy-delay critic steps. Continuous actions only. Run:
+
+    python algos/matd3.py --env torch:simple_spread --env-kwargs continuous_actions=true
+"""
+import copy
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional, Tuple
+
+import torch
+
+from buffers import MultiAgentRolloutBuffer
+from common.cli import ConfigError, parse_args
+from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
+                              rng_state, save_checkpoint, seed_everything, start_or_resume)
+from envs import make_env, parse_env_kwargs
+from nets import Critic, DeterministicActor
+
+
+# ============================================================================ 1. ARGS
+@dataclass
+class Args:
+    # --- experiment
+    exp_name: Optional[str] = None
+    """run-name prefix (default: the algorithm's name)"""
+    seed: int = 1
+    """seed of python, numpy, torch; env copy i is seeded with seed + i"""
+    torch_deterministic: bool = True
+    """ask cuDNN for deterministic kernels"""
+    cuda: bool = True
+    """run the networks (acting, update, evaluation) on the GPU when one is present; PettingZoo envs step on the
+    CPU, torch: envs on the GPU too"""
+    torch_threads: int = 1
+    """CPU threads for torch"""
+    run_dir: str = "runs"
+    """each run writes <run_dir>/<run_name>/: TensorBoard logs, args.json, checkpoint.pt, summary.json"""
+    total_timesteps: int = 2_000_000
+    """training length in env steps, summed over env copies (one env step = all agents act once)"""
+    eval_every: int = 100_000
+    """greedy evaluation every this many env steps (0 disables it; a final one always runs)"""
+    eval_episodes: int = 100
+    """episodes per greedy evaluation"""
+    eval_num_envs: int = 10
+    """env copies used only for evaluation (seeded seed + 10_000 + i)"""
+    checkpoint_every: int = 500_000
+    """save <run_dir>/<run_name>/checkpoint.pt (networks, optimisers, replay) every this many env steps
+    (0: only at the end)"""
+    resume: Optional[str] = None
+    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
+    with it override them (e.g. a larger --total-timesteps)"""
+    evaluate_checkpoint: Optional[str] = None
+    """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
+    render_gif: Optional[str] = None
+    """with --evaluate-checkpoint: also save one episode as a GIF at this path"""
+    config: Optional[str] = None
+    """YAML preset of Args fields (defaults < preset < command line); unknown keys are errors"""
+
+    # --- env
+    env: str = "simple_spread"
+    """registry name (python -c 'import envs; print(envs.known_envs())')"""
+    env_kwargs: Tuple[str, ...] = ("continuous_actions=true",)
+    """scenario arguments as KEY=VALUE (continuous actions only)"""
+    num_envs: int = 16
+    """E, env copies stepped together"""
+
+    # --- algorithm
+    num_steps: int = 25
+    """T, steps per env copy in each iteration (one iteration = T * E env steps = one replay entry)"""
+    buffer_size: int = 200_000
+    """replay capacity in env steps (transitions of all agents); the oldest iteration's entry is dropped"""
+    batch_size: int = 32
+    """stored sequences (one env copy's T steps of one entry) per gradient step: 32 x 25 = 800 transitions"""
+    learning_starts: int = 10_000
+    """env steps of uniformly random actions before the first gradient step"""
+    updates_per_iteration: int = 8
+    """critic gradient steps after every iteration: 8 per 400 env steps with the defaults"""
+    actor_learning_rate: float = 1e-3
+    """Adam learning rate of the actors"""
+    critic_learning_rate: float = 1e-3
+    """Adam learning rate of the critics"""
+    gamma: float = 0.95
+    """discount factor (0.95: a horizon near MPE's 25-step, clock-cut episodes)"""
+    td_lambda: float = 0.8
+    """lambda of the TD(lambda) critic targets along each stored sequence (0: the one-step target)"""
+    tau: float = 0.01
+    """target networks move tau of the way to the online ones after every actor step"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip, of the critics and of the actors separately"""
+    exploration_noise: float = 0.1
+    """std of the Gaussian noise added to mu(o) while training, in normalised units (the action box is [-1, 1])"""
+    policy_noise: float = 0.2
+    """target policy smoothing: std of the noise added to the target actions, in normalised units"""
+    noise_clip: float = 0.5
+    """target policy smoothing: the noise is clipped to [-noise_clip, noise_clip] before it is added"""
+    policy_delay: int = 2
+    """critic steps per actor step; the target networks move with the actor"""
+    critic_input: Literal["state", "concat_obs"] = "state"
+    """what the centralised critic sees besides the joint action: the env's global state, or every agent's
+    observation concatenated"""
+    share_params: bool = True
+    """one actor and one critic pair for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
+    hidden_sizes: Tuple[int, ...] = (64, 64)
+    """hidden layer widths of actors and critics"""
+    activation: Literal["tanh", "relu"] = "relu"
+    """hidden activation"""
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.num_steps * self.num_envs
+
+    @property
+    def num_iterations(self) -> int:
+        return max(1, self.total_timesteps // self.steps_per_iteration)
+
+
+def validate(args: Args, env=None) -> None:
+    """Reject option combinations that cannot work, saying what is accepted."""
+    for name in ("num_envs", "num_steps", "batch_size", "buffer_size", "updates_per_iteration", "policy_delay",
+                 "eval_episodes", "eval_num_envs", "total_timesteps"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not 0.0 <= args.td_lambda <= 1.0:
+        raise ConfigError(f"--td-lambda must be in [0, 1], got {args.td_lambda}")
+    if not 0.0 < args.tau <= 1.0:
+        raise ConfigError(f"--tau must be in (0, 1], got {args.tau}")
+    if args.buffer_size < args.steps_per_iteration:
+        raise ConfigError(f"--buffer-size {args.buffer_size} must hold at least one iteration "
+                          f"(--num-steps x --num-envs = {args.steps_per_iteration} env steps)")
+    if args.noise_clip < 0 or args.policy_noise < 0:
+        raise ConfigError("--policy-noise and --noise-clip must be non-negative")
+    if args.render_gif and not args.evaluate_checkpoint:
+        raise ConfigError("--render-gif needs --evaluate-checkpoint")
+    if env is not None and env.discrete:
+        raise ConfigError(f"matd3 needs continuous actions; {args.env} has discrete ones here. Pass --env-kwargs "
+                          "continuous_actions=true, or use algos/maddpg.py (Gumbel-softmax) for discrete actions")
+
+
+# ============================================================================ 2. NETWORKS
+def build_networks(args: Args, env, device):
+    """Decentralised deterministic actors on local obs; two centralised critics Q^k_i(s, a_1..a_N), k = 1, 2."""
+    A = env.action_dim
+    actor = DeterministicActor(env.obs_dim, env.n_agents, False, A, torch.as_tensor(env.action_dim_mask),
+                               args.share_params, args.hidden_sizes, args.activation).to(device)
+    info_dim = env.state_dim if args.critic_input == "state" else env.n_agents * env.obs_dim
+    critics = torch.nn.ModuleList([Critic(info_dim + env.n_agents * A, env.n_agents, args.share_params,
+                                          args.hidden_sizes, "none", args.activation) for _ in range(2)]).to(device)
+    return actor, critics
+
+
+# ============================================================================ 3. ALGORITHM FUNCTIONS
+def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: float):
+    """TD(lambda) targets, every tensor (T, B[, N]) over stored sequences (as in algos/qmix.py):
+    y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'(s_{t+1}) + lambda y_{t+1}].
+
+    next_q[t] is the target critic's value of the true s_{t+1}. Where an episode ends (or the stored
+    sequence stops) there is no y_{t+1} to use, so the target bootstraps from Q'(s_{t+1}) alone: a
+    time-limit truncation keeps that bootstrap (the task was not over), a termination removes it.
+    lambda = 0 is the one-step target of DDPG and MADDPG.
+    """
+    targets = torch.zeros_like(rewards)
+    ret = next_q[-1]
+    for t in reversed(range(rewards.shape[0])):
+        bootstrap = torch.where(ended[t] > 0, next_q[t], (1 - lam) * next_q[t] + lam * ret)
+        ret = rewards[t] + gamma * (1.0 - terminated[t]) * bootstrap
+        targets[t] = ret
+    return targets
+
+
+def explore(actor, obs, args: Args, random: bool) -> torch.Tensor:
+    """Training actions (E, N, A): mu(o) + N(0, noise^2) clipped to [-1, 1]; uniformly random in
+    [-1, 1] while `random` (before learning starts). Padded dimensions stay 0."""
+    out = actor.output(obs)  # (E, N, A)
+    if random:
+        return (torch.rand_like(out) * 2 - 1) * actor.action_dim_mask
+    return (out + args.exploration_noise * torch.randn_like(out)).clamp(-1.0, 1.0) * actor.action_dim_mask
+
+
+def smoothed_target_actions(actions: torch.Tensor, noise_std: float, noise_clip: float,
+                            dim_mask: torch.Tensor) -> torch.Tensor:
+    """Target policy smoothing (Fujimoto et al. 2018, eq. 15), (B, N, A) -> (B, N, A):
+    a' = clip(mu'(o') + clip(eps, -c, c), -1, 1), eps ~ N(0, sigma^2). The clipped noise makes the
+    target average Q' over a small neighbourhood of mu'(o'), so that the critic cannot be
+    exploited at a narrow peak; the outer clip keeps a' inside the action box."""
+    noise = (noise_std * torch.randn_like(actions)).clamp(-noise_clip, noise_clip)
+    return (actions + noise).clamp(-1.0, 1.0) * dim_mask
+
+
+def critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor) -> torch.Tensor:
+    """Critic input of every agent: info (B, D) global state (or all observations), joint_actions
+    (B, N, N, A) where row i is the joint action that agent i's critic values -> (B, N, D + N * A)."""
+    B, N = joint_actions.shape[:2]
+    return torch.cat([info[:, None].expand(B, N, info.shape[-1]), joint_actions.reshape(B, N, -1)], dim=-1)
+
+
+def with_own_action(replay_actions: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """(B, N, A) stored joint action, (B, N, A) each agent's new action -> (B, N, N, A): row i is the
+    stored joint action with agent i's slot replaced by its new action (MADDPG's policy gradient,
+    Lowe et al. 2017, eq. 6: the other agents' actions come from the replay)."""
+    N = own.shape[1]
+    eye = torch.eye(N, dtype=torch.bool, device=own.device)[:, :, None]  # (N, N, 1)
+    return torch.where(eye, own[:, None], replay_actions[:, None])
+
+
+def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+    """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
+    with torch.no_grad():
+        for t, o in zip(target.parameters(), online.parameters(), strict=True):
+            t.lerp_(o, tau)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def checkpoint_payload(args, actor, critics, target_actor, target_critics, actor_optimizer, critic_optimizer, buffer,
+                       sample_gen, global_step, iteration, updates):
+    """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
+    return {"algo": "matd3", "args": args_dict(args), "actor": actor.state_dict(), "critics": critics.state_dict(),
+            "target_actor": target_actor.state_dict(), "target_critics": target_critics.state_dict(),
+            "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
+            "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
+            "rng": rng_state(), "sample_rng": sample_gen.get_state()}
+
+
+def evaluate_checkpoint(args: Args) -> dict:
+    """Load a run's actors, run greedy episodes, print the returns (and save a GIF if asked)."""
+    ckpt, saved, env, device = checkpoint_for_evaluation(args, "matd3", Args)
+    actor, _ = build_networks(saved, env, device)
+    actor.load_state_dict(ckpt["actor"])
+    return report_greedy_evaluation(args, saved, env, actor, device)
+
+
+def main(args: Args) -> dict:
+    validate(args)
+    if args.evaluate_checkpoint:
+        return evaluate_checkpoint(args)
+
+# ============================================================================ 4. SETUP
+    seed_everything(args.seed, args.torch_deterministic)
+    torch.set_num_threads(args.torch_threads)
+    device = pick_device(args.cuda)
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
+    envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
+    validate(args, envs)
+    eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
+    E, N, T = args.num_envs, envs.n_agents, args.num_steps
+    actor, critics = build_networks(args, envs, device)
+    target_actor, target_critics = copy.deepcopy(actor), copy.deepcopy(critics)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.actor_learning_rate)
+    critic_optimizer = torch.optim.Adam(critics.parameters(), lr=args.critic_learning_rate)
+    # One stored entry is one iteration: T steps of E copies, so the replay keeps buffer_size // (T E) of them.
+    capacity = args.buffer_size // args.steps_per_iteration
+    buffer = MultiAgentRolloutBuffer(N, capacity=capacity)
+    sample_gen = torch.Generator().manual_seed(args.seed)  # replay draws: same seed, same batches
+    global_step, start_iteration, updates = 0, 1, 0
+    ckpt, run_path = start_or_resume(args, "matd3", device)  # a resumed run gets its RNG states back
+    if ckpt is not None:
+        for module, key in ((actor, "actor"), (critics, "critics"), (target_actor, "target_actor"),
+                            (target_critics, "target_critics"), (actor_optimizer, "actor_optimizer"),
+                            (critic_optimizer, "critic_optimizer")):
+            module.load_state_dict(ckpt[key])
+        buffer.load_state_dict(ckpt["replay"])
+        buffer.capacity = capacity
+        global_step, start_iteration, updates = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["updates"]
+        sample_gen.set_state(ckpt["sample_rng"])
+
+    obs, state, _ = envs.reset()
+    obs, state = torch.as_tensor(obs, device=device), torch.as_tensor(state, device=device)  # (E, N, obs_dim), (E, S)
+    train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
+    # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
+    recorder = RunRecorder(args, "matd3", run_path, global_step, device)
+    stats, policy_loss, actor_grad_norm = {}, torch.tensor(float("nan")), torch.tensor(float("nan"))
+    for iteration in range(start_iteration, args.num_iterations + 1):
+
+# ============================================================================ 5. ROLLOUT
+        t_rollout = time.time()
+        buffer.reset_current_episode()
+        for _ in range(T):
+            with torch.no_grad():
+                action = explore(actor, obs, args, random=global_step < args.learning_starts)  # (E, N, A)
+            result = envs.step(action)  # a torch env keeps it on the device
+            global_step += E
+            final_obs = torch.as_tensor(result.final_obs, device=device)  # true o_{t+1}, before auto-reset
+            extras = {}
+            if args.critic_input == "state":  # one copy per agent: the buffer keeps the agent axis everywhere
+                final_state = torch.as_tensor(result.final_state, device=device)
+                extras.update(global_states=state[:, None].expand(E, N, state.shape[-1]),  # (E, N, S)
+                              next_global_states=final_state[:, None].expand(E, N, state.shape[-1]))
+            buffer.add_transition(
+                states=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
+                next_states=final_obs, dones=torch.as_tensor(result.terminated, device=device).float(),
+                truncated=torch.as_tensor(result.truncated, device=device).float(),
+                alive=torch.as_tensor(result.alive, device=device).float(), **extras)
+            obs, state = torch.as_tensor(result.obs, device=device), torch.as_tensor(result.state, device=device)
+            done = torch.as_tensor(result.done).cpu().bool()
+            if done.any():
+                episode_return = torch.as_tensor(result.episode_return).cpu()[done]  # (episodes, N)
+                train_returns.extend(episode_return.sum(-1).tolist())
+                agent_returns.extend(episode_return.tolist())
+                train_lengths.extend(torch.as_tensor(result.episode_length).cpu()[done].tolist())
+        buffer.end_episode()
+        rollout_s = time.time() - t_rollout
+
+# ============================================================================ 6. POSTPROCESS
+        # (inside the update loop: every gradient step draws its own batch of stored transitions)
+        t_update = time.time()
+        for _ in range(args.updates_per_iteration if global_step >= args.learning_starts else 0):
+            b = buffer.sample_episodes(args.batch_size, sample_gen, device)  # (B_seq, T, N, ...)
+            # time-major transitions (B, N, ...), B = T * B_seq: row t * B_seq + j is step t of sequence j
+            b = {k: v.transpose(0, 1).flatten(0, 1) for k, v in b.items() if k != "filled"}
+            obs_b, next_obs_b, actions, alive = b["states"], b["next_states"], b["actions"], b["alive"]
+            B = obs_b.shape[0]
+            if args.critic_input == "state":
+                info, next_info = b["global_states"][:, 0], b["next_global_states"][:, 0]  # (B, S)
+            else:
+                info, next_info = obs_b.reshape(B, -1), next_obs_b.reshape(B, -1)  # (B, N * obs_dim)
+            with torch.no_grad():
+                # min_k Q'^k_i(s', a') at every step's true next state (the final one where an episode ended),
+                # a' the smoothed target actions; then TD(lambda) targets along each stored sequence.
+                next_actions = smoothed_target_actions(target_actor.output(next_obs_b), args.policy_noise,
+                                                       args.noise_clip, actor.action_dim_mask)  # (B, N, A)
+                next_joint = next_actions[:, None].expand(B, N, N, next_actions.shape[-1])  # (B, N, N, A)
+                x = critic_inputs(next_info, next_joint)
+                next_q = torch.minimum(target_critics[0](x)[0], target_critics[1](x)[0])  # (B, N), clipped double Q
+                seq = (T, B // T, N)  # back to (T, B_seq, N) for the backward recursion
+                ended = torch.maximum(b["dones"], b["truncated"]).view(seq).clone()
+                ended[-1] = 1.0  # the stored sequence stops: its last step bootstraps from Q' alone there
+                targets = td_lambda_targets(b["rewards"].view(seq), next_q.view(seq), b["dones"].view(seq), ended,
+                                            args.gamma, args.td_lambda).flatten(0, 1)  # (B, N)
+
+# ============================================================================ 7. UPDATE
+            x = critic_inputs(info, actions[:, None].expand(B, N, N, actions.shape[-1]))
+            q1, q2 = critics[0](x)[0], critics[1](x)[0]  # (B, N) each
+            td_loss = masked_mean((q1 - targets) ** 2, alive) + masked_mean((q2 - targets) ** 2, alive)
+            critic_optimizer.zero_grad()
+            td_loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(critics.parameters(), args.max_grad_norm)
+            critic_optimizer.step()
+            updates += 1
+
+            if updates % args.policy_delay == 0:  # delayed policy updates: the critic settles first
+                # Deterministic policy gradient through agent i's first critic, agent i's action from its
+                # current policy, the others' from the replay (as MADDPG).
+                own = actor.output(obs_b)  # (B, N, A)
+                q_pi, _ = critics[0](critic_inputs(info, with_own_action(actions, own)))  # (B, N)
+                policy_loss = -masked_mean(q_pi, alive)
+                actor_optimizer.zero_grad()
+                policy_loss.backward()
+                actor_grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
+                actor_optimizer.step()
+                soft_update(target_actor, actor, args.tau)
+                soft_update(target_critics, critics, args.tau)
+            stats = dict(td_loss=td_loss.item(), policy_loss=policy_loss.item(),
+                         q_taken_mean=masked_mean(q1.detach(), alive).item(), target_mean=masked_mean(targets, alive).item(),
+                         grad_norm=grad_norm.item(), actor_grad_norm=actor_grad_norm.item())
+        update_s = time.time() - t_update
+
+# ============================================================================ 8. LOGGING
+        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy (no noise), every --eval-every env steps
+        recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
+                               console={"td_loss": stats.get("td_loss"), "q_taken_mean": stats.get("q_taken_mean")})
+        train_returns, train_lengths, agent_returns = [], [], []
+        if recorder.checkpoint_due(global_step):
+            save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+                args, actor, critics, target_actor, target_critics, actor_optimizer, critic_optimizer, buffer,
+                sample_gen, global_step, iteration, updates))
+
+    # Final greedy evaluation (unless one just ran) and the run's files.
+    recorder.final_evaluation(eval_envs, actor, global_step)
+    save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+        args, actor, critics, target_actor, target_critics, actor_optimizer, critic_optimizer, buffer, sample_gen,
+        global_step, args.num_iterations, updates))
+    summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
+    return summary
+
+
+if __name__ == "__main__":
+    main(parse_args(Args, description=__doc__))
