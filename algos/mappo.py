@@ -72,7 +72,9 @@ class Args:
     learning_rate: float = 2e-3
     """Adam learning rate of actor and critic"""
     anneal_lr: bool = True
-    """decay the learning rate linearly over total_timesteps (the last iteration uses lr / num_iterations)"""
+    """decay the learning rate: linearly to zero over total_timesteps, or as set by --lr-decay-steps"""
+    lr_decay_steps: int = 0
+    """0: the linear decay over the run; D > 0: lr / (1 + env_steps / D), the same at every step whatever the run's length"""
     gamma: float = 0.95
     """discount factor (0.95: a horizon near MPE's 25-step episodes learns much faster than 0.99 there)"""
     gae_lambda: float = 0.95
@@ -122,6 +124,8 @@ def validate(args: Args) -> None:
                  "total_timesteps"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.lr_decay_steps < 0:
+        raise ConfigError(f"--lr-decay-steps must be 0 (linear decay over the run) or positive, got {args.lr_decay_steps}")
     if args.recurrent != "none" and args.num_steps % args.chunk_len:
         raise ConfigError(f"--chunk-len {args.chunk_len} must divide --num-steps {args.num_steps}")
     sequences = args.num_envs * (args.num_steps // args.chunk_len if args.recurrent != "none" else args.num_steps)
@@ -155,6 +159,15 @@ def critic_inputs(obs: torch.Tensor, state: torch.Tensor, kind: str) -> torch.Te
     if kind == "state":
         return state[:, None, :].expand(E, N, state.shape[-1])  # (E, N, state_dim)
     return obs.reshape(E, 1, -1).expand(E, N, -1)  # (E, N, N * obs_dim)
+
+
+def learning_rate_at(args: Args, iteration: int, global_step: int) -> float:
+    """The learning rate of this iteration: a linear decay over the run (CleanRL's) depends on
+    --total-timesteps, so a 2M-step point of a 10M-step run differs from a 2M-step run; the
+    inverse-time decay lr / (1 + t / D) gives every run the same rate at env step t."""
+    if args.lr_decay_steps > 0:
+        return args.learning_rate / (1.0 + global_step / args.lr_decay_steps)
+    return args.learning_rate * (1.0 - (iteration - 1) / args.num_iterations)
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
@@ -246,7 +259,7 @@ def main(args: Args) -> dict:
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - (iteration - 1) / args.num_iterations)
+            optimizer.param_groups[0]["lr"] = learning_rate_at(args, iteration, global_step)
 
 # ============================================================================ 5. ROLLOUT
         t_rollout = time.time()

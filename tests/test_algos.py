@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from algos import ippo, mappo
-from common.cli import ConfigError
+from common.cli import ConfigError, make_args
 
 ALGOS = {"mappo": mappo, "ippo": ippo}
 SUMMARY_KEYS = {"algo", "env", "seed", "global_step", "wall_time_s", "sps", "eval_return_mean", "eval_episodes"}
@@ -195,3 +195,22 @@ def test_next_values_are_the_values_of_the_true_next_states(tiny, monkeypatch, a
     extra = {} if algo is ippo else {"critic_input": "concat_obs"}
     algo.main(tiny(algo, env_kwargs=("max_cycles=3",), value_norm=False, **extra))
     assert len(checked) == 2
+
+
+@pytest.mark.parametrize("algo", [mappo, ippo], ids=["mappo", "ippo"])
+def test_learning_rate_schedules(algo):
+    """Linear: lr (1 - (k - 1) / K) over the run. Inverse-time: lr / (1 + t / D), which does not
+    depend on the run's length, so a 2M-step point of a 10M-step run equals a 2M-step run."""
+    short = make_args(algo.Args, total_timesteps=2_000_000, lr_decay_steps=300_000)
+    long = make_args(algo.Args, total_timesteps=10_000_000, lr_decay_steps=300_000)
+    for step in (0, 300_000, 1_999_200):
+        k = step // short.batch_size + 1
+        assert algo.learning_rate_at(short, k, step) == algo.learning_rate_at(long, k, step)
+        assert math.isclose(algo.learning_rate_at(short, k, step), short.learning_rate / (1 + step / 300_000))
+    linear = make_args(algo.Args, total_timesteps=8_000, lr_decay_steps=0)
+    assert linear.num_iterations == 10
+    assert math.isclose(algo.learning_rate_at(linear, 1, 0), linear.learning_rate)
+    assert math.isclose(algo.learning_rate_at(linear, 10, 7_200), linear.learning_rate / 10)
+    assert mappo.learning_rate_at(long, 7, 4_800) == ippo.learning_rate_at(long, 7, 4_800)  # the copies agree
+    with pytest.raises(ConfigError, match="lr-decay-steps"):
+        algo.main(make_args(algo.Args, lr_decay_steps=-1))
