@@ -88,6 +88,11 @@ class Args:
     700k env steps with it and stayed near -58 with 0.99; see BENCHMARKS.md)"""
     td_lambda: float = 0.6
     """lambda of the TD(lambda) targets (0: one-step targets)"""
+    bootstrap_time_limit: bool = False
+    """bootstrap from Q'_tot(s_T) where the clock (mpe2's max_cycles), not the task, ended an episode.
+    Off (default, as in EPyMARL on MPE): every episode's last step is a target without a bootstrap. With
+    it on, the max-overestimation that the mixer amplifies compounds over 1/(1-gamma) steps and Q_tot
+    climbs away from the returns (docs/algorithms/qmix.md, "Where an episode ends")"""
     double_q: bool = True
     """double Q-learning: the online agents pick the next action, the target agents value it"""
     tau: float = 0.01
@@ -174,6 +179,15 @@ def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: flo
         ret = rewards[t] + gamma * (1.0 - terminated[t]) * bootstrap
         targets[t] = ret
     return targets
+
+
+def episode_ends(step_mask: torch.Tensor, dones: torch.Tensor, bootstrap_time_limit: bool):
+    """step_mask (T, B) 1 on real steps, dones (T, B) 1 where the task terminated -> (ended, terminated),
+    both (T, B): `ended` marks each sequence's last real step; `terminated` the ended steps whose target
+    has no bootstrap: all of them, or with bootstrap_time_limit only those the task ended (a clock
+    truncation then bootstraps from Q'(s_T))."""
+    ended = step_mask * (1.0 - torch.cat([step_mask[1:], torch.zeros_like(step_mask[:1])]))
+    return ended, (ended * dones if bootstrap_time_limit else ended)
 
 
 def with_final_step(x: torch.Tensor, final: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -315,8 +329,9 @@ def main(args: Args) -> dict:
             step_mask = b["filled"] * b["valid"][..., 0]  # (T, B) 1 on real steps of real episodes
             lengths = step_mask.sum(0).long()  # (B,)
             T, B = step_mask.shape
-            ended = step_mask * (1.0 - torch.cat([step_mask[1:], torch.zeros_like(step_mask[:1])]))  # last real step
-            terminated = ended * b["dones"].amax(-1)  # (T, B): the episode ended by the task, not the clock
+            # (T, B) last real step, and where the target stops: every episode end (or, with
+            # --bootstrap-time-limit, only those the task ended, not the clock)
+            ended, terminated = episode_ends(step_mask, b["dones"].amax(-1), args.bootstrap_time_limit)
             team_reward = b["rewards"].sum(-1)  # (T, B), R_pz3 units for mpe2
             if args.standardise_rewards:
                 team_reward = team_reward / reward_norm.stats()[1].sqrt()

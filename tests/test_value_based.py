@@ -59,6 +59,28 @@ def test_td_lambda_mixes_and_ignores_padding():
     assert torch.allclose(y[0, 0], torch.tensor(1 + gamma * ((1 - lam) * 4 + lam * y1)))
 
 
+def test_episode_ends_stop_the_bootstrap_at_the_clock_by_default():
+    """QMIX and QPLEX end every episode's targets at its last real step, as EPyMARL does on MPE: a
+    clock truncation is no bootstrap by default. Bootstrapping there let the mixer-amplified max
+    overestimation compound over 1/(1-gamma) steps; Q_tot climbed far above the returns (5 -> 152
+    in 160k env steps on torch:simple_spread, with discounted returns near 0)."""
+    step_mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])  # (T=3, B=2): lengths 3 and 2
+    dones = torch.tensor([[0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])  # column 0 cut by the clock, 1 terminated
+    ended, term = REFERENCE.episode_ends(step_mask, dones, bootstrap_time_limit=False)
+    assert torch.equal(ended, torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0]]))
+    assert torch.equal(term, ended)
+    _, term_boot = REFERENCE.episode_ends(step_mask, dones, bootstrap_time_limit=True)
+    assert torch.equal(term_boot, torch.tensor([[0.0, 0.0], [0.0, 1.0], [0.0, 0.0]]))
+    r, next_q = torch.ones(3, 2), torch.full((3, 2), 50.0)  # a large (overestimated) bootstrap value
+    y = REFERENCE.td_lambda_targets(r, next_q, term, ended, gamma=0.9, lam=0.6)
+    assert y[2, 0] == 1.0 and y[1, 1] == 1.0  # the last targets are the rewards alone
+    for name in ("qmix", "qplex"):
+        assert MODULES[name].Args().bootstrap_time_limit is False
+        got_ended, got_term = MODULES[name].episode_ends(step_mask, dones, False)
+        assert torch.equal(got_ended, ended) and torch.equal(got_term, term)
+        assert torch.equal(MODULES[name].episode_ends(step_mask, dones, True)[1], term_boot)
+
+
 def test_with_final_step_places_each_final_observation():
     x = torch.arange(6.0).view(3, 2, 1)  # (T=3, B=2, 1)
     nxt = x + 100
