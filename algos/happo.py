@@ -376,7 +376,7 @@ def main(args: Args) -> dict:
         for agent in torch.randperm(N, generator=shuffle_gen).tolist():
             for epoch in range(args.update_epochs):
                 order = torch.randperm(S, generator=shuffle_gen).to(device)
-                for mb in order.chunk(args.num_minibatches):
+                for mb in order.tensor_split(args.num_minibatches):
                     d = {k: v[:, mb] for k, v in data.items()}  # (L, B, N, ...) per agent, (L, B) per team
                     mb_state = None if a_state is None else tuple(s[mb] for s in a_state)
                     dist, _ = actor(d["states"], mb_state, d["episode_starts"], d.get("action_masks"))
@@ -393,7 +393,7 @@ def main(args: Args) -> dict:
         # The team critic: regression on the value targets, as in MAPPO.
         for epoch in range(args.update_epochs):
             order = torch.randperm(S, generator=shuffle_gen).to(device)
-            for mb in order.chunk(args.num_minibatches):
+            for mb in order.tensor_split(args.num_minibatches):
                 d = {k: v[:, mb] for k, v in data.items()}
                 mb_state = None if c_state is None else tuple(s[mb] for s in c_state)
                 new_value, _ = team_value(critic, d["global_states"][..., 0, :], mb_state,

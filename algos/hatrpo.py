@@ -463,7 +463,7 @@ def main(args: Args) -> dict:
         # The team critic: regression on the value targets, as in MAPPO.
         for epoch in range(args.update_epochs):
             order = torch.randperm(S, generator=shuffle_gen).to(device)
-            for mb in order.chunk(args.num_minibatches):
+            for mb in order.tensor_split(args.num_minibatches):
                 d = {k: v[:, mb] for k, v in data.items()}
                 mb_state = None if c_state is None else tuple(s[mb] for s in c_state)
                 new_value, _ = team_value(critic, d["global_states"][..., 0, :], mb_state,

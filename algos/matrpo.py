@@ -446,7 +446,7 @@ def main(args: Args) -> dict:
         # The critic: regression on the value targets, --update-epochs passes of --num-minibatches.
         for epoch in range(args.update_epochs):
             order = torch.randperm(S, generator=shuffle_gen).to(device)
-            for mb in order.chunk(args.num_minibatches):
+            for mb in order.tensor_split(args.num_minibatches):
                 d = {k: v[:, mb] for k, v in data.items()}  # (L, B, N, ...)
                 if args.recurrent != "none":
                     c_state = (init_states["prev_critic_hidden_states"][mb],) + (

@@ -351,7 +351,7 @@ def main(args: Args) -> dict:
         clipfracs = []
         for epoch in range(args.update_epochs):
             order = torch.randperm(S, generator=shuffle_gen).to(device)
-            for mb in order.chunk(args.num_minibatches):
+            for mb in order.tensor_split(args.num_minibatches):
                 d = {k: v[:, mb] for k, v in data.items()}  # (L, B, N, ...) per agent, (L, B) per team
                 a_state = c_state = None
                 if args.recurrent != "none":

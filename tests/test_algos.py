@@ -106,8 +106,8 @@ def test_checkpoint_resume_and_evaluate(tiny):
         assert json.load(f)["global_step"] == 4 * per_iteration
     ckpt = torch.load(os.path.join(run_path, "checkpoint.pt"), weights_only=True)
     assert ckpt["global_step"] == 4 * per_iteration and ckpt["iteration"] == 4
-    # the optimizer went on from the saved one: 4 iterations x 2 epochs x 1 minibatch Adam steps
-    assert ckpt["optimizer"]["state"][0]["step"].item() == 4 * 2
+    # the optimizer went on from the saved one: 4 iterations x 2 epochs x num_minibatches Adam steps
+    assert ckpt["optimizer"]["state"][0]["step"].item() == 4 * 2 * mappo.Args.num_minibatches
     assert all(math.isfinite(v) for v in resumed["final_losses"].values())
 
     result = mappo.main(tiny(mappo, evaluate_checkpoint=run_path))
