@@ -152,8 +152,9 @@ def load_group(path: str, group: str, algo: str, agents: Sequence[str], groups: 
             src = state[name]
             if src.shape[1:] != param.shape[1:]:
                 raise ConfigError(f"--load-group {group}={path}: {key} parameter {name} is {tuple(src.shape[1:])} "
-                                  f"there and {tuple(param.shape[1:])} here (same --hidden-sizes, --recurrent and "
-                                  "critic input needed)")
+                                  f"there and {tuple(param.shape[1:])} here; build both alike: --hidden-sizes, "
+                                  "--recurrent, critic input, and --share-params (a set serving several agents also "
+                                  "reads the agent-id one-hot)")
             copied = {}
             for agent in members:
                 row, row_src = int(rows[agents.index(agent)]), int(rows_src[src_agents.index(agent)])
