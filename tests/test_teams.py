@@ -230,7 +230,8 @@ def test_load_group_restores_a_groups_weights_from_another_run(tiny, tmp_path):
     run = mappo.main(teams_args(tiny, mappo, share_params="none", seed=7, run_dir=str(tmp_path / "none2"),
                                 train_groups=("agent",), load_group=(f"adversary={separate['run_dir']}",)))
     predators = [0, 1, 2]
-    assert same(group_rows(load(separate["run_dir"]), "actor", predators), group_rows(load(run["run_dir"]), "actor", predators))
+    assert same(group_rows(load(separate["run_dir"]), "actor", predators),
+                group_rows(load(run["run_dir"]), "actor", predators))
 
 
 def _tag_env():
