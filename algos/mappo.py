@@ -15,7 +15,8 @@ import torch
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, parse_args
-from common.groups import agent_names, assign_groups, load_group, make_teams, parameter_sets, parse_pairs
+from common.groups import (agent_names, assign_groups, check_share_params, load_group, make_teams, parameter_sets,
+                           parse_pairs)
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
                               rng_state, save_checkpoint, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
@@ -147,13 +148,14 @@ def validate(args: Args) -> None:
                           f"{'sequence chunks' if args.recurrent != 'none' else 'env steps'} per rollout)")
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
-    parameter_sets(args.share_params, [])  # all, group or none
+    check_share_params(args.share_params)
     parse_pairs(args.load_group, "--load-group", "adversary=runs/<run_name>")
 
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Decentralised actor on local obs; centralised critic on the global state."""
+    """Decentralised actor on local obs; centralised critic on the global state (one of each per
+    agent, per group or for all, as --share-params says)."""
     action_size = env.n_actions if env.discrete else env.action_dim
     # Parameter set of every agent: None for all/none (shared / per agent), its group's for group.
     sets = parameter_sets(args.share_params, assign_groups(agent_names(env), args.agent_groups)[1])
@@ -359,12 +361,12 @@ def main(args: Args) -> dict:
             advantages, returns = compute_gae(b["rewards"], values, next_values, b["dones"], b["truncated"],
                                               args.gamma, args.gae_lambda)
             # Fixed groups (not in --train-groups) act but take no part in any loss or statistic.
-            alive = b["alive"] * trained  # (T, E, N)
-            adv_mean = group_mean(advantages, alive, group_onehot)  # (N,) each group's mean over the rollout
-            adv_std = group_mean((advantages - adv_mean) ** 2, alive, group_onehot).sqrt()
+            learn = b["alive"] * trained  # (T, E, N) live steps of agents whose group learns
+            adv_mean = group_mean(advantages, learn, group_onehot)  # (N,) each group's mean over the rollout
+            adv_std = group_mean((advantages - adv_mean) ** 2, learn, group_onehot).sqrt()
             advantages = (advantages - adv_mean) / (adv_std + 1e-8) * trained  # normalised within each group
             if args.value_norm:
-                value_norm.update(returns, alive)
+                value_norm.update(returns, learn)
             targets = value_norm.normalize(returns) if args.value_norm else returns
         # Lay the rollout out as (L, S, N, ...): S sequences of L steps (L = 1 without recurrence).
         data = {k: to_chunks(v, L) for k, v in b.items() if not k.startswith("prev_")}
@@ -417,7 +419,7 @@ def main(args: Args) -> dict:
                 optimizer.step()
         stats = dict(policy_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_loss.item(),
                      approx_kl=approx_kl.item(), clipfrac=float(np.mean(clipfracs)), grad_norm=grad_norm.item(),
-                     explained_variance=explained_variance(values[alive.bool()], returns[alive.bool()]))
+                     explained_variance=explained_variance(values[learn.bool()], returns[learn.bool()]))
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING

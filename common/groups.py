@@ -70,13 +70,18 @@ def select_groups(requested: Sequence[str], flag: str, names: Sequence[str], age
     return [names.index(g) for g in requested]
 
 
+def check_share_params(share_params) -> None:
+    """--share-params is all, group or none (a preset or checkpoint may still hold the old boolean)."""
+    if share_params not in ("all", "group", "none"):
+        raise ConfigError(f"--share-params must be all, group or none, got {share_params!r} "
+                          "(the old true is all, false is none)")
+
+
 def parameter_sets(share_params: str, group_of_agent: Sequence[int]) -> Optional[List[int]]:
     """The `param_groups` argument of nets' actors and critics for `--share-params`: None for
     `all` and `none` (the networks' own shared / per-agent layouts), the group of every agent
     for `group`."""
-    if share_params not in ("all", "group", "none"):
-        raise ConfigError(f"--share-params must be all, group or none, got {share_params!r} "
-                          "(the old true is all, false is none)")
+    check_share_params(share_params)
     return list(group_of_agent) if share_params == "group" else None
 
 
@@ -105,7 +110,7 @@ def make_teams(agents: Sequence[str], share_params: str, agent_groups: Sequence[
                train_groups: Sequence[str] = (), load_groups: Sequence[str] = ()) -> Teams:
     """Check `--share-params`, `--agent-groups`, `--train-groups` and `--load-group` against the
     env's agents; a name that matches nothing fails with the groups and agents there are."""
-    parameter_sets(share_params, [])
+    check_share_params(share_params)
     names, group_of_agent = assign_groups(agents, agent_groups)
     trained_ids = select_groups(train_groups, "--train-groups", names, agents, group_of_agent) if train_groups \
         else list(range(len(names)))

@@ -165,6 +165,17 @@ def test_smoke_competitive_envs(tiny, algo, env):
     assert load(summary["run_dir"])["agent_groups"] == expected
 
 
+def test_world_comm_groups_with_different_action_counts(tiny):
+    """The PettingZoo scenario with three groups: a leader with 20 actions, adversaries and good
+    agents with 5 (padded and masked), observations of 34 and 28 (padded)."""
+    summary = mappo.main(tiny(mappo, env="simple_world_comm", env_kwargs=SHORT, share_params="group",
+                              agent_groups=("agent=prey",), train_groups=("leadadversary", "adversary")))
+    assert list(summary["eval_group_returns"]) == ["leadadversary", "adversary", "prey"]
+    ckpt = load(summary["run_dir"])
+    assert ckpt["actor"]["net.head.weight"].shape == (3, 16, 20)  # one output layer per group, padded to 20
+    assert all(math.isfinite(v) for v in summary["final_losses"].values())
+
+
 def test_per_group_returns_are_logged(tiny):
     summary = mappo.main(teams_args(tiny, mappo, eval_every=10))
     (events,) = glob.glob(os.path.join(summary["run_dir"], "events.out.tfevents*"))
