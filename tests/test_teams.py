@@ -220,6 +220,8 @@ def test_load_group_restores_a_groups_weights_from_another_run(tiny, tmp_path):
         assert same(group_rows(src, net, [3]), group_rows(dst, net, [3]))
         assert not same(group_rows(src, net, [0, 1, 2]), group_rows(dst, net, [0, 1, 2]))
     assert dst["value_norm"]["running_mean"][1] == src["value_norm"]["running_mean"][1]
+    result = mappo.main(tiny(mappo, evaluate_checkpoint=run["run_dir"]))  # a group run's checkpoint plays back
+    assert math.isfinite(result["eval_return_mean"])
 
     # Another algorithm's run lends its actor only (its critic sees other inputs).
     other = ippo.main(teams_args(tiny, ippo, run_dir=str(tmp_path / "ippo")))
