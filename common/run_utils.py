@@ -226,7 +226,8 @@ class RunRecorder:
     `final_evaluation` and `finish` write `summary.json`. SPS counts env steps taken by this
     process per second of wall-clock time, evaluation time left out.
 
-    `groups` ({group name: agent indices}, given by algorithms with teams) adds each group's
+    `groups` ({group name: agent indices}, which files with groups of agents pass to
+    `maybe_evaluate`, `final_evaluation` and `log_iteration`) adds each group's
     return, summed over its agents, to the training and evaluation charts (when there is more
     than one group) and to `summary.json`'s `eval_group_returns`.
     """
@@ -333,9 +334,10 @@ class RunRecorder:
         summary = {"algo": self.algo, "env": self.args.env, "seed": self.args.seed, "global_step": global_step,
                    "wall_time_s": time.time() - self.start_time, "sps": self.sps(global_step),
                    "eval_return_mean": float(returns.mean()), "eval_return_std": float(returns.std()),
-                   "eval_group_returns": self.eval_group_returns,
                    "eval_episodes": int(len(returns)), "eval_history": self.eval_history, "run_dir": self.run_path,
                    "final_losses": final_losses}
+        if self.eval_group_returns:  # files with groups of agents (MAPPO, IPPO)
+            summary["eval_group_returns"] = self.eval_group_returns
         write_json_atomic(os.path.join(self.run_path, "summary.json"), summary)
         self.progress.maybe_print(global_step, summary["sps"], {"eval_return": summary["eval_return_mean"]},
                                   force=True)
