@@ -15,6 +15,8 @@ import torch
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, parse_args
+from common.groups import (agent_names, assign_groups, check_share_params, load_group, make_teams, parameter_sets,
+                           parse_pairs)
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
                               rng_state, save_checkpoint, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
@@ -96,8 +98,9 @@ class Args:
     """global gradient-norm clip"""
     value_norm: bool = True
     """normalise value targets with running statistics (MAPPO's ValueNorm)"""
-    share_params: bool = True
-    """one actor and one critic for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
+    share_params: Literal["all", "group", "none"] = "all"
+    """all: one actor and one critic for every agent; group: one pair per group (--agent-groups), shared by its
+    agents; none: one pair per agent. A network serving several agents gets an agent-id one-hot"""
     recurrent: Literal["none", "gru", "lstm"] = "none"
     """recurrent core in actor and critic"""
     chunk_len: int = 25
@@ -106,6 +109,17 @@ class Args:
     """hidden layer widths of actor and critic"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation"""
+
+    # --- teams: groups of agents with their own policy (competitive scenarios: one per side)
+    agent_groups: Tuple[str, ...] = ()
+    """NAME=GROUP pairs putting an agent or a whole prefix group in a group; by default an agent's group is its name
+    without the _<index> suffix (adversary_0 -> adversary, agent_0 -> agent)"""
+    train_groups: Tuple[str, ...] = ()
+    """groups that learn (default: every group); the others act with fixed weights (needs --share-params group or
+    none)"""
+    load_group: Tuple[str, ...] = ()
+    """GROUP=CHECKPOINT pairs: start GROUP's actor (and, from a run of this algorithm, its critic) from another run's
+    checkpoint or run folder, e.g. a trained opponent kept fixed with --train-groups"""
 
     @property
     def batch_size(self) -> int:
@@ -133,16 +147,22 @@ def validate(args: Args) -> None:
                           f"{'sequence chunks' if args.recurrent != 'none' else 'env steps'} per rollout)")
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
+    check_share_params(args.share_params)
+    parse_pairs(args.load_group, "--load-group", "adversary=runs/<run_name>")
 
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Decentralised actor and decentralised critic, both on each agent's own observation."""
+    """Decentralised actor and decentralised critic, both on each agent's own observation (one of
+    each per agent, per group or for all, as --share-params says)."""
     action_size = env.n_actions if env.discrete else env.action_dim
+    # Parameter set of every agent: None for all/none (shared / per agent), its group's for group.
+    sets = parameter_sets(args.share_params, assign_groups(agent_names(env), args.agent_groups)[1])
+    shared = args.share_params == "all"
     actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
-    critic = Critic(env.obs_dim, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
-                    args.activation).to(device)
+                  shared, args.hidden_sizes, args.recurrent, args.activation, param_groups=sets).to(device)
+    critic = Critic(env.obs_dim, env.n_agents, shared, args.hidden_sizes, args.recurrent,
+                    args.activation, param_groups=sets).to(device)
     return actor, critic
 
 
@@ -192,11 +212,25 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def checkpoint_payload(args, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration):
-    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts."""
+def group_mean(x: torch.Tensor, mask: torch.Tensor, group_onehot: torch.Tensor) -> torch.Tensor:
+    """Masked mean of x (T, E, N) over each group's agents, given to every agent: (N,).
+
+    group_onehot (N, G) puts agent n in its group. Advantages are normalised per group so that
+    rival teams' rewards (a predator's catch is the prey's loss) never share a mean and scale.
+    """
+    sums = (x * mask).sum((0, 1)) @ group_onehot  # (G,)
+    counts = mask.sum((0, 1)) @ group_onehot  # (G,)
+    return group_onehot @ (sums / counts.clamp(min=1.0))  # (N,)
+
+
+def checkpoint_payload(args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration):
+    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; the
+    agents' groups and parameter rows let --load-group take one group's weights out of it."""
     return {"algo": "ippo", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "value_norm": value_norm.state_dict(), "optimizer": optimizer.state_dict(), "global_step": global_step,
-            "iteration": iteration, "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state()}
+            "iteration": iteration, "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state(),
+            "agents": teams.agents, "agent_groups": teams.agent_groups,
+            "agent_rows": {"actor": actor.agent_rows(), "critic": critic.agent_rows()}}
 
 
 def evaluate_checkpoint(args: Args) -> dict:
@@ -220,8 +254,16 @@ def main(args: Args) -> dict:
     envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
+    # Groups of agents (by name prefix or --agent-groups) and which of them learn; bad names fail here.
+    teams = make_teams(agent_names(envs), args.share_params, args.agent_groups, args.train_groups, args.load_group)
+    groups = teams.members  # {group name: agent indices}, for per-group returns
+    group_onehot = torch.nn.functional.one_hot(torch.as_tensor(teams.group_of_agent)).float().to(device)  # (N, G)
+    trained = torch.as_tensor(teams.trained, dtype=torch.float32, device=device)  # (N,) 1 where the group learns
     actor, critic = build_networks(args, envs, device)
-    value_norm = ValueNorm().to(device)
+    value_norm = ValueNorm(groups=teams.group_of_agent).to(device)  # statistics per group: rival returns never mix
+    for group, path in teams.load.items():  # e.g. a trained opponent from an earlier run
+        load_group(path, group, "ippo", teams.agents, teams.names, teams.group_of_agent,
+                   {"actor": actor, "critic": critic}, value_norm)
     optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=args.learning_rate, eps=1e-5)
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
@@ -310,12 +352,13 @@ def main(args: Args) -> dict:
             next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
             advantages, returns = compute_gae(b["rewards"], values, next_values, b["dones"], b["truncated"],
                                               args.gamma, args.gae_lambda)
-            alive = b["alive"]
-            adv_mean = masked_mean(advantages, alive)
-            adv_std = masked_mean((advantages - adv_mean) ** 2, alive).sqrt()
-            advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised over the whole rollout
+            # Fixed groups (not in --train-groups) act but take no part in any loss or statistic.
+            learn = b["alive"] * trained  # (T, E, N) live steps of agents whose group learns
+            adv_mean = group_mean(advantages, learn, group_onehot)  # (N,) each group's mean over the rollout
+            adv_std = group_mean((advantages - adv_mean) ** 2, learn, group_onehot).sqrt()
+            advantages = (advantages - adv_mean) / (adv_std + 1e-8) * trained  # normalised within each group
             if args.value_norm:
-                value_norm.update(returns[alive.bool()])
+                value_norm.update(returns, learn)
             targets = value_norm.normalize(returns) if args.value_norm else returns
         # Lay the rollout out as (L, S, N, ...): S sequences of L steps (L = 1 without recurrence).
         data = {k: to_chunks(v, L) for k, v in b.items() if not k.startswith("prev_")}
@@ -341,7 +384,7 @@ def main(args: Args) -> dict:
                 new_value, _ = critic(d["critic_inputs"], c_state, d["episode_starts"])  # (L, B, N)
                 logratio = new_logprob - d["log_probs"]
                 ratio = logratio.exp()
-                alive_mb = d["alive"]
+                alive_mb = d["alive"] * trained  # fixed groups' zero loss leaves their weights exactly as they were
                 with torch.no_grad():
                     approx_kl = masked_mean((ratio - 1) - logratio, alive_mb)  # Schulman's k3 estimator
                     clipfracs.append(masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), alive_mb).item())
@@ -368,23 +411,23 @@ def main(args: Args) -> dict:
                 optimizer.step()
         stats = dict(policy_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_loss.item(),
                      approx_kl=approx_kl.item(), clipfrac=float(np.mean(clipfracs)), grad_norm=grad_norm.item(),
-                     explained_variance=explained_variance(values[alive.bool()], returns[alive.bool()]))
+                     explained_variance=explained_variance(values[learn.bool()], returns[learn.bool()]))
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy, every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, actor, global_step, groups)  # greedy, every --eval-every env steps
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
                                charts={"learning_rate": optimizer.param_groups[0]["lr"]},
-                               console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]})
+                               console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]}, groups=groups)
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):
             save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
-                args, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration))
+                args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, actor, global_step)
+    recorder.final_evaluation(eval_envs, actor, global_step, groups)
     save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
-        args, actor, critic, value_norm, optimizer, shuffle_gen, global_step, args.num_iterations))
+        args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, args.num_iterations))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 

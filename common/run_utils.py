@@ -144,9 +144,11 @@ def as_numpy(x) -> np.ndarray:
 
 
 @torch.no_grad()
-def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = True, frames=None) -> np.ndarray:
+def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = True, frames=None,
+             per_agent: bool = False) -> np.ndarray:
     """Run `n_episodes` episodes on `env` (its own copies) and return each one's return summed
-    over agents (R_pz3 for mpe2), shape (n_episodes,).
+    over agents (R_pz3 for mpe2), shape (n_episodes,); with `per_agent`, every agent's own
+    return instead, shape (n_episodes, N).
 
     `actor(obs (1, E, N, d), state, starts (1, E, N), action_mask) -> (dist, state)`, the
     interface of `nets.Actor`; greedy takes `dist.mode()`. Each copy contributes an equal
@@ -171,7 +173,7 @@ def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = T
         done, episode_return = as_numpy(step.done), as_numpy(step.episode_return)
         for e in np.flatnonzero(done):
             if quota[e] > 0:
-                returns.append(float(episode_return[e].sum()))
+                returns.append(episode_return[e].copy() if per_agent else float(episode_return[e].sum()))
                 quota[e] -= 1
         obs, mask = step.obs, step.action_mask
         starts = torch.as_tensor(np.repeat(done[:, None], N, 1), dtype=torch.float32, device=device)[None]
@@ -223,6 +225,11 @@ class RunRecorder:
     and the console line, and `checkpoint_due` says when to save. At the end,
     `final_evaluation` and `finish` write `summary.json`. SPS counts env steps taken by this
     process per second of wall-clock time, evaluation time left out.
+
+    `groups` ({group name: agent indices}, which files with groups of agents pass to
+    `maybe_evaluate`, `final_evaluation` and `log_iteration`) adds each group's
+    return, summed over its agents, to the training and evaluation charts (when there is more
+    than one group) and to `summary.json`'s `eval_group_returns`.
     """
 
     def __init__(self, args, algo: str, run_path: str, global_step: int, device: torch.device):
@@ -233,30 +240,41 @@ class RunRecorder:
         self.progress = Progress(args.total_timesteps)
         self.eval_history: List[Tuple[int, float]] = []  # (global_step, mean greedy return) of each evaluation
         self.eval_returns = np.array([np.nan])  # the returns of the latest evaluation, one per episode
+        self.eval_group_returns: Dict[str, float] = {}  # the latest evaluation's mean return of each group
         self.next_eval = _next_multiple(global_step, args.eval_every)
         self.next_ckpt = _next_multiple(global_step, args.checkpoint_every)
         self.start_time, self.eval_time, self.start_step = time.time(), 0.0, global_step
 
-    def evaluate(self, eval_envs, policy, global_step: int) -> np.ndarray:
-        """Run `--eval-episodes` greedy episodes now, log `eval/episodic_return`, return the returns."""
+    def evaluate(self, eval_envs, policy, global_step: int,
+                 groups: Optional[Dict[str, Sequence[int]]] = None) -> np.ndarray:
+        """Run `--eval-episodes` greedy episodes now, log `eval/episodic_return` (and each group's
+        return when `groups` holds more than one), return the returns."""
         t_eval = time.time()
-        self.eval_returns = evaluate(eval_envs, policy, self.args.eval_episodes, self.device)
+        agent_returns = evaluate(eval_envs, policy, self.args.eval_episodes, self.device, per_agent=True)
+        self.eval_returns = agent_returns.sum(-1).astype(np.float64)  # (episodes,)
         self.eval_time += time.time() - t_eval
         self.eval_history.append((global_step, float(self.eval_returns.mean())))
         self.writer.add_scalar("eval/episodic_return", self.eval_returns.mean(), global_step)
+        self.eval_group_returns = {name: float(agent_returns[:, list(members)].sum(-1).mean())
+                                   for name, members in (groups or {}).items()}
+        if groups and len(groups) > 1:
+            for name in groups:
+                self.writer.add_scalar(f"eval/team_{name}/episodic_return", self.eval_group_returns[name], global_step)
         return self.eval_returns
 
-    def maybe_evaluate(self, eval_envs, policy, global_step: int) -> Optional[np.ndarray]:
+    def maybe_evaluate(self, eval_envs, policy, global_step: int,
+                       groups: Optional[Dict[str, Sequence[int]]] = None) -> Optional[np.ndarray]:
         """`evaluate` once every `--eval-every` env steps (never when it is 0); None when not due."""
         if not self.args.eval_every or global_step < self.next_eval:
             return None
         self.next_eval += self.args.eval_every
-        return self.evaluate(eval_envs, policy, global_step)
+        return self.evaluate(eval_envs, policy, global_step, groups)
 
-    def final_evaluation(self, eval_envs, policy, global_step: int) -> np.ndarray:
+    def final_evaluation(self, eval_envs, policy, global_step: int,
+                         groups: Optional[Dict[str, Sequence[int]]] = None) -> np.ndarray:
         """The evaluation `summary.json` reports: `evaluate` now, unless one just ran at this step."""
         if not self.eval_history or self.eval_history[-1][0] != global_step:
-            self.evaluate(eval_envs, policy, global_step)
+            self.evaluate(eval_envs, policy, global_step, groups)
         return self.eval_returns
 
     def sps(self, global_step: int) -> float:
@@ -266,13 +284,16 @@ class RunRecorder:
     def log_iteration(self, global_step: int, stats: Dict[str, float], rollout_s: float, update_s: float,
                       train_returns: Sequence[float], train_lengths: Sequence[int],
                       agent_returns: Optional[Sequence[Sequence[float]]] = None,
-                      charts: Optional[Dict[str, float]] = None, console: Optional[Dict[str, float]] = None) -> float:
+                      charts: Optional[Dict[str, float]] = None, console: Optional[Dict[str, float]] = None,
+                      groups: Optional[Dict[str, Sequence[int]]] = None) -> float:
         """Write one iteration's TensorBoard scalars and (every few seconds) the console line; return SPS.
 
         `train_returns`, `train_lengths` and `agent_returns` (per agent, `(episodes, N)`) are those
         of the training episodes that ended in this iteration: their means go to
         `charts/episodic_return`, `charts/episodic_length` and `charts/agent_<i>/episodic_return`,
-        unless no episode ended. Then `charts/SPS`, `charts/<key>` for every entry of `charts`,
+        unless no episode ended; with `groups` ({name: agent indices}, more than one) and
+        `agent_returns`, also `charts/team_<name>/episodic_return`, the group's agents' returns
+        summed (the total is `charts/episodic_return`). Then `charts/SPS`, `charts/<key>` for every entry of `charts`,
         `losses/<key>` for every entry of `stats`, and `timers/rollout_s`, `timers/update_s`. The
         console line shows the training and latest evaluation returns, then `console`'s fields.
         """
@@ -283,6 +304,10 @@ class RunRecorder:
             if agent_returns:
                 for i, agent_return in enumerate(np.mean(agent_returns, axis=0)):
                     w.add_scalar(f"charts/agent_{i}/episodic_return", agent_return, global_step)
+                if groups and len(groups) > 1:
+                    for name, members in groups.items():
+                        team_return = np.asarray(agent_returns)[:, list(members)].sum(-1).mean()
+                        w.add_scalar(f"charts/team_{name}/episodic_return", team_return, global_step)
         w.add_scalar("charts/SPS", sps, global_step)
         for key, value in (charts or {}).items():
             w.add_scalar(f"charts/{key}", value, global_step)
@@ -311,6 +336,8 @@ class RunRecorder:
                    "eval_return_mean": float(returns.mean()), "eval_return_std": float(returns.std()),
                    "eval_episodes": int(len(returns)), "eval_history": self.eval_history, "run_dir": self.run_path,
                    "final_losses": final_losses}
+        if self.eval_group_returns:  # files with groups of agents (MAPPO, IPPO)
+            summary["eval_group_returns"] = self.eval_group_returns
         write_json_atomic(os.path.join(self.run_path, "summary.json"), summary)
         self.progress.maybe_print(global_step, summary["sps"], {"eval_return": summary["eval_return_mean"]},
                                   force=True)

@@ -3,7 +3,9 @@
 Every module here takes inputs with the agent axis just before the feature axis:
 (..., N, in_dim). With shared parameters the agent axis is just one more batch axis; with
 separate parameters (`n_agents` given) each agent has its own weight matrix and all agents
-run in one batched matmul, never a Python loop over agents.
+run in one batched matmul, never a Python loop over agents. Groups of agents (a team sharing
+one policy) are the same machinery: `n_agents` parameter sets, and `set_of_agent[n]` the set
+agent n uses.
 """
 import math
 from typing import Optional, Sequence
@@ -13,30 +15,44 @@ from torch import nn
 
 
 class AgentLinear(nn.Module):
-    """One linear map per agent: y[..., n, :] = x[..., n, :] @ W[n] + b[n].
+    """One linear map per agent: y[..., n, :] = x[..., n, :] @ W[s(n)] + b[s(n)].
 
+    `n_agents` parameter sets; agent n uses set s(n) = n, or `set_of_agent[n]` when given
+    (agents of one group share a matrix, groups keep their own: still one batched matmul).
     Input (..., N, in_dim) -> output (..., N, out_dim).
     """
 
-    def __init__(self, n_agents: int, in_dim: int, out_dim: int, gain: float = math.sqrt(2)):
+    def __init__(self, n_agents: int, in_dim: int, out_dim: int, gain: float = math.sqrt(2),
+                 set_of_agent: Optional[Sequence[int]] = None):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(n_agents, in_dim, out_dim))
         self.bias = nn.Parameter(torch.zeros(n_agents, 1, out_dim))
         for n in range(n_agents):  # orthogonal init of each agent's matrix, as nn.Linear below
             nn.init.orthogonal_(self.weight.data[n].T, gain)
+        self.set_of_agent: Optional[torch.Tensor]
+        if set_of_agent is None:
+            self.set_of_agent = None
+        else:
+            self.register_buffer("set_of_agent", torch.as_tensor(list(set_of_agent), dtype=torch.long),
+                                 persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-2]
         N, D = x.shape[-2:]
+        weight, bias = self.weight, self.bias
+        if self.set_of_agent is not None:  # gradients of a shared set add up over its agents
+            weight, bias = weight[self.set_of_agent], bias[self.set_of_agent]  # (N, in, out), (N, 1, out)
         flat = x.reshape(-1, N, D).transpose(0, 1)  # (N, B, in)
-        y = torch.baddbmm(self.bias, flat, self.weight)  # (N, B, out)
+        y = torch.baddbmm(bias, flat, weight)  # (N, B, out)
         return y.transpose(0, 1).reshape(*lead, N, -1)  # (..., N, out)
 
 
-def make_linear(in_dim: int, out_dim: int, n_agents: Optional[int] = None, gain: float = math.sqrt(2)) -> nn.Module:
-    """A shared nn.Linear when n_agents is None, else one AgentLinear with a matrix per agent."""
+def make_linear(in_dim: int, out_dim: int, n_agents: Optional[int] = None, gain: float = math.sqrt(2),
+                set_of_agent: Optional[Sequence[int]] = None) -> nn.Module:
+    """A shared nn.Linear when n_agents is None, else one AgentLinear with n_agents matrices
+    (agent n uses matrix n, or set_of_agent[n])."""
     if n_agents is not None:
-        return AgentLinear(n_agents, in_dim, out_dim, gain)
+        return AgentLinear(n_agents, in_dim, out_dim, gain, set_of_agent)
     layer = nn.Linear(in_dim, out_dim)
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
@@ -47,20 +63,22 @@ class MLP(nn.Module):
     """Stack of linear layers with an activation between them (and after the last hidden one).
 
     Input (..., N, in_dim) -> output (..., N, out_dim), or (..., N, hidden_sizes[-1]) when
-    out_dim is None. `n_agents` given means separate parameters per agent.
+    out_dim is None. `n_agents` given means separate parameters per agent (or per parameter
+    set, agent n using set_of_agent[n]).
     """
 
     def __init__(self, in_dim: int, hidden_sizes: Sequence[int], out_dim: Optional[int] = None,
-                 n_agents: Optional[int] = None, activation: str = "tanh", out_gain: float = 1.0):
+                 n_agents: Optional[int] = None, activation: str = "tanh", out_gain: float = 1.0,
+                 set_of_agent: Optional[Sequence[int]] = None):
         super().__init__()
         act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
         layers = []
         last = in_dim
         for h in hidden_sizes:
-            layers += [make_linear(last, h, n_agents), act()]
+            layers += [make_linear(last, h, n_agents, set_of_agent=set_of_agent), act()]
             last = h
         if out_dim is not None:
-            layers.append(make_linear(last, out_dim, n_agents, gain=out_gain))
+            layers.append(make_linear(last, out_dim, n_agents, gain=out_gain, set_of_agent=set_of_agent))
             last = out_dim
         self.net = nn.Sequential(*layers)
         self.out_dim = last

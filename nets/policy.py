@@ -4,7 +4,7 @@ All take inputs shaped (L, B, N, in_dim): a time axis (L = 1 while acting, a seq
 while training a recurrent model), batch axes, then the agent axis.
 """
 import math
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 from torch import nn
@@ -21,28 +21,52 @@ class AgentNet(nn.Module):
     the input so that identical observations can still lead to agent-specific outputs (the
     parameter-sharing pitfall: without it, agents in symmetric positions cannot specialise).
     share_params=False: separate weights per agent, run as one batched matmul.
+    param_groups (overrides share_params): agent n uses parameter set param_groups[n], sets
+    numbered 0..G-1: agents of one group (a team) share weights, groups have their own, and
+    all of them still run in one batched matmul. The one-hot is appended whenever a set
+    serves more than one agent.
 
     forward(x (L, B, N, in_dim), state, starts (L, B, N)) -> (out (L, B, N, out_dim), state)
     """
 
     def __init__(self, in_dim: int, out_dim: int, n_agents: int, share_params: bool = True,
                  hidden_sizes: Sequence[int] = (64, 64), recurrent: str = "none", out_gain: float = 1.0,
-                 activation: str = "tanh"):
+                 activation: str = "tanh", param_groups: Optional[Sequence[int]] = None):
         super().__init__()
-        self.n_agents, self.share_params, self.recurrent = n_agents, share_params, recurrent
-        sep = None if share_params else n_agents
-        body_in = in_dim + (n_agents if share_params else 0)
-        self.body = MLP(body_in, hidden_sizes, None, sep, activation)
+        if param_groups is None:
+            param_groups = [0] * n_agents if share_params else list(range(n_agents))
+            shared = share_params
+        else:
+            param_groups = [int(g) for g in param_groups]
+            if len(param_groups) != n_agents or sorted(set(param_groups)) != list(range(max(param_groups) + 1)):
+                raise ValueError(f"param_groups must give each of the {n_agents} agents a set number, using every "
+                                 f"number from 0 to G-1; got {param_groups}")
+            shared = max(param_groups) == 0
+        self.n_agents, self.recurrent = n_agents, recurrent
+        self.n_sets = 1 if shared else max(param_groups) + 1
+        self.share_params = shared  # one set for every agent: plain nn.Linear layers
+        self.agent_id_input = self.n_sets < n_agents or shared  # a set serves several agents: tell them apart
+        sep = None if shared else self.n_sets
+        index = None if shared or param_groups == list(range(n_agents)) else param_groups
+        body_in = in_dim + (n_agents if self.agent_id_input else 0)
+        self.body = MLP(body_in, hidden_sizes, None, sep, activation, set_of_agent=index)
         last = self.body.out_dim
-        self.core = RecurrentCore(last, last, recurrent, sep) if recurrent != "none" else None
-        self.head = make_linear(last, out_dim, sep, gain=out_gain)
+        self.core = RecurrentCore(last, last, recurrent, sep, index) if recurrent != "none" else None
+        self.head = make_linear(last, out_dim, sep, gain=out_gain, set_of_agent=index)
         self.register_buffer("agent_ids", torch.eye(n_agents), persistent=False)
+        self.register_buffer("set_of_agent", torch.as_tensor(param_groups, dtype=torch.long), persistent=False)
 
     def initial_state(self, batch: int, device=None) -> Optional[State]:
         return self.core.initial_state(batch, self.n_agents, device) if self.core is not None else None
 
+    def agent_rows(self) -> Dict[str, Optional[torch.Tensor]]:
+        """For every parameter: the row of its first axis that agent n uses, (N,), or None when
+        one tensor serves every agent (shared weights). What copying or freezing a group needs."""
+        rows = None if self.share_params else self.set_of_agent.cpu()
+        return {name: rows for name, _ in self.named_parameters()}
+
     def forward(self, x: torch.Tensor, state: Optional[State] = None, starts: Optional[torch.Tensor] = None):
-        if self.share_params:
+        if self.agent_id_input:
             ids = self.agent_ids.expand(*x.shape[:-2], -1, -1)  # (L, B, N, N)
             x = torch.cat([x, ids], dim=-1)
         h = self.body(x)  # (L, B, N, hidden)
@@ -105,17 +129,25 @@ class Actor(nn.Module):
 
     def __init__(self, obs_dim: int, n_agents: int, discrete: bool, action_size: int,
                  action_dim_mask: torch.Tensor, share_params: bool = True, hidden_sizes=(64, 64),
-                 recurrent: str = "none", activation: str = "tanh", init_log_std: float = -0.5):
+                 recurrent: str = "none", activation: str = "tanh", init_log_std: float = -0.5,
+                 param_groups: Optional[Sequence[int]] = None):
         super().__init__()
         self.discrete = discrete
         self.net = AgentNet(obs_dim, action_size, n_agents, share_params, hidden_sizes, recurrent,
-                            out_gain=0.01, activation=activation)
+                            out_gain=0.01, activation=activation, param_groups=param_groups)
         self.register_buffer("action_dim_mask", torch.as_tensor(action_dim_mask, dtype=torch.bool))
         if not discrete:
             self.log_std = nn.Parameter(torch.full((n_agents, action_size), init_log_std))
 
     def initial_state(self, batch: int, device=None):
         return self.net.initial_state(batch, device)
+
+    def agent_rows(self) -> Dict[str, Optional[torch.Tensor]]:
+        """AgentNet.agent_rows for the whole actor; the log-std has one row per agent."""
+        rows = {f"net.{k}": v for k, v in self.net.agent_rows().items()}
+        if not self.discrete:
+            rows["log_std"] = torch.arange(self.net.n_agents)
+        return rows
 
     def forward(self, obs, state=None, starts=None, action_mask=None):
         out, state = self.net(obs, state, starts)  # (L, B, N, action_size)
@@ -133,13 +165,16 @@ class Critic(nn.Module):
     """
 
     def __init__(self, in_dim: int, n_agents: int, share_params: bool = True, hidden_sizes=(64, 64),
-                 recurrent: str = "none", activation: str = "tanh"):
+                 recurrent: str = "none", activation: str = "tanh", param_groups: Optional[Sequence[int]] = None):
         super().__init__()
         self.net = AgentNet(in_dim, 1, n_agents, share_params, hidden_sizes, recurrent, out_gain=1.0,
-                            activation=activation)
+                            activation=activation, param_groups=param_groups)
 
     def initial_state(self, batch: int, device=None):
         return self.net.initial_state(batch, device)
+
+    def agent_rows(self) -> Dict[str, Optional[torch.Tensor]]:
+        return {f"net.{k}": v for k, v in self.net.agent_rows().items()}
 
     def forward(self, x, state=None, starts=None):
         value, state = self.net(x, state, starts)
@@ -321,26 +356,54 @@ class ValueNorm(nn.Module):
     statistics, and predictions are denormalised before they enter GAE. The statistics are
     debiased exponential moving averages (beta close to 1), kept as buffers so that they are
     saved in checkpoints with the networks.
+
+    groups: None keeps one set of statistics for every value. Given (agent n in group
+    groups[n]), each group keeps its own: `update(x (..., N), mask (..., N))` and
+    `normalize`/`denormalize` act on tensors whose last axis is the agent, so competing teams'
+    returns (a predator's +10 is a prey's -10) never share a mean.
     """
 
-    def __init__(self, beta: float = 0.99999, epsilon: float = 1e-5):
+    def __init__(self, beta: float = 0.99999, epsilon: float = 1e-5, groups: Optional[Sequence[int]] = None):
         super().__init__()
         self.beta, self.epsilon = beta, epsilon
-        self.register_buffer("running_mean", torch.zeros(()))
-        self.register_buffer("running_mean_sq", torch.zeros(()))
-        self.register_buffer("debiasing_term", torch.zeros(()))
+        shape = () if groups is None else (max(groups) + 1,)
+        self.register_buffer("running_mean", torch.zeros(shape))
+        self.register_buffer("running_mean_sq", torch.zeros(shape))
+        self.register_buffer("debiasing_term", torch.zeros(shape))
+        self.group_onehot: Optional[torch.Tensor]
+        if groups is None:
+            self.group_onehot = None
+        else:  # (N, G): agent n's row is the one-hot of its group
+            self.register_buffer("group_onehot", nn.functional.one_hot(torch.as_tensor(list(groups))).float(),
+                                 persistent=False)
 
     def stats(self):
+        """(mean, var): scalars, or (N,) with every agent's group's statistics."""
         debias = self.debiasing_term.clamp(min=self.epsilon)
         mean = self.running_mean / debias
         var = (self.running_mean_sq / debias - mean**2).clamp(min=1e-2)
+        if self.group_onehot is not None:
+            return self.group_onehot @ mean, self.group_onehot @ var  # (N,), (N,)
         return mean, var
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
-        self.running_mean.mul_(self.beta).add_(x.mean() * (1 - self.beta))
-        self.running_mean_sq.mul_(self.beta).add_((x**2).mean() * (1 - self.beta))
-        self.debiasing_term.mul_(self.beta).add_(1 - self.beta)
+    def update(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> None:
+        """Fold a batch into the statistics: without groups every entry of x counts; with
+        groups x and mask are (..., N) and a group with no entry under the mask keeps its
+        statistics as they were."""
+        if self.group_onehot is None:
+            batch_mean, batch_mean_sq, keep = x.mean(), (x**2).mean(), self.beta
+        else:
+            N = self.group_onehot.shape[0]
+            m = (torch.ones_like(x) if mask is None else mask.float()).reshape(-1, N)
+            x = x.reshape(-1, N)
+            counts = m.sum(0) @ self.group_onehot  # (G,)
+            batch_mean = (x * m).sum(0) @ self.group_onehot / counts.clamp(min=1.0)  # (G,)
+            batch_mean_sq = (x**2 * m).sum(0) @ self.group_onehot / counts.clamp(min=1.0)  # (G,)
+            keep = torch.where(counts > 0, self.beta, 1.0)  # (G,) 1: a group without data keeps its statistics
+        self.running_mean.mul_(keep).add_(batch_mean * (1 - keep))
+        self.running_mean_sq.mul_(keep).add_(batch_mean_sq * (1 - keep))
+        self.debiasing_term.mul_(keep).add_(1 - keep)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         mean, var = self.stats()

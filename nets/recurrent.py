@@ -3,7 +3,7 @@
 The cell is written out (rather than nn.GRUCell) so that separate-parameter agents run in
 one batched matmul through `make_linear`, like every other layer in `nets/`.
 """
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -20,14 +20,15 @@ class RecurrentCore(nn.Module):
     `starts[t] = 1` zeroes the state before step t: a new episode must not see the last one.
     """
 
-    def __init__(self, in_dim: int, hidden_dim: int, kind: str = "gru", n_agents: Optional[int] = None):
+    def __init__(self, in_dim: int, hidden_dim: int, kind: str = "gru", n_agents: Optional[int] = None,
+                 set_of_agent: Optional[Sequence[int]] = None):
         super().__init__()
         if kind not in ("gru", "lstm"):
             raise ValueError(f"recurrent kind must be 'gru' or 'lstm', got {kind!r}")
         self.kind, self.hidden_dim = kind, hidden_dim
         gates = 3 if kind == "gru" else 4
-        self.ih = make_linear(in_dim, gates * hidden_dim, n_agents, gain=1.0)
-        self.hh = make_linear(hidden_dim, gates * hidden_dim, n_agents, gain=1.0)
+        self.ih = make_linear(in_dim, gates * hidden_dim, n_agents, gain=1.0, set_of_agent=set_of_agent)
+        self.hh = make_linear(hidden_dim, gates * hidden_dim, n_agents, gain=1.0, set_of_agent=set_of_agent)
         self.n_states = 1 if kind == "gru" else 2
 
     def initial_state(self, batch: int, n_agents: int, device=None) -> State:

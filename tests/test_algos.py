@@ -17,14 +17,14 @@ CONTINUOUS = ("continuous_actions=true",)
 
 # (algo, env_kwargs, share_params, recurrent): every value of every axis at least once per algorithm
 SMOKE = [
-    ("mappo", (), True, "none"),
-    ("mappo", (), False, "gru"),
-    ("mappo", CONTINUOUS, True, "lstm"),
-    ("mappo", CONTINUOUS, False, "none"),
-    ("ippo", (), True, "lstm"),
-    ("ippo", (), False, "none"),
-    ("ippo", CONTINUOUS, True, "gru"),
-    ("ippo", CONTINUOUS, False, "lstm"),
+    ("mappo", (), "all", "none"),
+    ("mappo", (), "none", "gru"),
+    ("mappo", CONTINUOUS, "all", "lstm"),
+    ("mappo", CONTINUOUS, "none", "none"),
+    ("ippo", (), "all", "lstm"),
+    ("ippo", (), "none", "none"),
+    ("ippo", CONTINUOUS, "all", "gru"),
+    ("ippo", CONTINUOUS, "none", "lstm"),
 ]
 
 
@@ -55,7 +55,7 @@ def check_summary(summary, algo, args):
 
 
 @pytest.mark.parametrize("algo,env_kwargs,share_params,recurrent", SMOKE,
-                         ids=[f"{a}-{'cont' if k else 'disc'}-{'shared' if s else 'separate'}-{r}"
+                         ids=[f"{a}-{'cont' if k else 'disc'}-{s}-{r}"
                               for a, k, s, r in SMOKE])
 def test_smoke(tiny, algo, env_kwargs, share_params, recurrent):
     args = tiny(ALGOS[algo], env_kwargs=env_kwargs, share_params=share_params, recurrent=recurrent,

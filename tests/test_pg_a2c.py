@@ -238,7 +238,9 @@ def test_a2c_equals_ppo_with_one_epoch_and_one_minibatch(small, a2c, ppo, recurr
     hence grad_norm; policy_loss differs only by a constant). Episodes of 3 steps end inside
     the 5-step rollouts, so truncation bootstrapping and recurrent resets are compared too."""
     a2c_args = small(a2c, env_kwargs=("max_cycles=3",), recurrent=recurrent, learning_rate=0.01, total_timesteps=30)
-    shared = {f: getattr(a2c_args, f) for f in field_names(a2c.Args) if f in field_names(ppo.Args)}  # gamma, ...
+    # gamma, ...; not share_params: A2C's boolean (default on) is PPO's "all" (the default)
+    shared = {f: getattr(a2c_args, f) for f in field_names(a2c.Args) if f in field_names(ppo.Args)
+              and f != "share_params"}
     a = a2c.main(a2c_args)
     p = ppo.main(small(ppo, **shared, update_epochs=1, num_minibatches=1, chunk_len=5))
     for key in ("value_loss", "entropy", "grad_norm", "explained_variance"):
