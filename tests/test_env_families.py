@@ -282,6 +282,31 @@ def test_vmas_shapes_and_tensors(continuous):
     torch.testing.assert_close(step.state, step.obs.reshape(3, -1))
 
 
+ADAPTER_ATTRIBUTES = ("num_envs", "n_agents", "agents", "obs_dim", "obs_dims", "state_dim", "discrete", "n_actions",
+                      "action_dim", "action_dims", "action_dim_mask", "has_action_mask", "reset", "step",
+                      "action_mask", "sample_actions", "render", "close")
+
+
+@need_vmas
+@pytest.mark.parametrize("continuous", [True, False])
+def test_vmas_adapter_has_what_the_pettingzoo_adapter_has(continuous):
+    """The algorithms read these from PettingZooVecEnv; VMAS's own adapter must give the same."""
+    kwargs = {"continuous_actions": continuous}
+    vmas_env, pz_env = make_env("vmas:simple_spread", 2, env_kwargs=kwargs), make_env("simple_spread", 2, env_kwargs=kwargs)
+    extra = ("action_low", "action_high", "to_env_units") if continuous else ()
+    for name in ADAPTER_ATTRIBUTES + extra:
+        assert hasattr(pz_env, name) and hasattr(vmas_env, name), name
+    for name in ("n_agents", "discrete"):
+        assert getattr(vmas_env, name) == getattr(pz_env, name), name
+    for name in ("obs_dims", "action_dims"):
+        assert type(getattr(vmas_env, name)) is type(getattr(pz_env, name)) is list, name
+    assert vmas_env.action_dim_mask.shape == (3, vmas_env.n_actions if not continuous else vmas_env.action_dim)
+    if continuous:  # VMAS forces are in [-u_range, u_range]: the normalised box maps onto them
+        np.testing.assert_array_equal(vmas_env.action_low, -vmas_env.action_high)
+        torch.testing.assert_close(vmas_env.to_env_units(torch.ones(2, 3, 2)), torch.as_tensor(vmas_env.action_high)
+                                   .expand(2, 3, 2))
+
+
 @need_vmas
 def test_vmas_padding_heterogeneous_agents():
     env = make_env("vmas:simple_speaker_listener", 2, seed=0, env_kwargs={"continuous_actions": False})
