@@ -9,6 +9,12 @@ of the food collected (1.0: all of it). With LBF's default arguments (`normalize
 (`eval/episodic_return`, `summary.json`'s `eval_return_mean`); this script refuses runs made
 with other reward settings. A random policy (uniform over the valid actions) scores 0.20 here (`--random`).
 
+The bar is read on the greedy evaluation, as every bar here; the table also shows the sampled
+policy's return (the training episodes' `charts/episodic_return`, averaged per 50k env steps),
+because on LBF the two part ways: a feed-forward greedy policy can lock itself into a loop (an
+agent stepping into its partner's cell while the partner waits to load: the same state, the
+same actions, every step to the time limit), which sampling escapes.
+
 Trains with the preset `configs/mappo/lbf_Foraging-8x8-2p-3f-v3.yaml` through `run.py` (runs
 go to <run-dir>/<env>/<algo>/, a second launch resumes or skips them), or reads runs already
 made (`--from-runs`, any depth, finished or not) with `common/results.py`:
@@ -24,7 +30,7 @@ import os
 import numpy as np
 
 import run as launcher
-from common.results import curves_on_grid, find_runs, latest_per_seed, mean_and_band, read_run
+from common.results import curves_on_grid, find_runs, latest_per_seed, mean_and_band, read_run, scalar_history
 
 ENV = "lbf:Foraging-8x8-2p-3f-v3"
 BUDGET = 5_000_000
@@ -36,6 +42,20 @@ def normalised_reward_run(record: dict) -> bool:
     """True if the run kept LBF's normalised rewards (its return is then the normalised return)."""
     kwargs = " ".join(record["args"].get("env_kwargs") or [])
     return not any(key in kwargs for key in REWARD_ARGS)
+
+
+TRAIN_TAG = "charts/episodic_return"
+WINDOW = 50_000  # env steps over which the training returns are averaged
+
+
+def training_curve(run_path: str) -> list:
+    """The sampled (not greedy) policy's normalised return: the training episodes' mean per
+    WINDOW env steps, [(window end, mean)], from the run's TensorBoard log."""
+    points = scalar_history(run_path, (TRAIN_TAG,))[TRAIN_TAG]
+    windows = {}
+    for step, value in points:
+        windows.setdefault((step - 1) // WINDOW, []).append(value)
+    return [((w + 1) * WINDOW, float(np.mean(v))) for w, v in sorted(windows.items())]
 
 
 def report(records, budget: int, out_path=None) -> list:
@@ -58,18 +78,27 @@ def report(records, budget: int, out_path=None) -> list:
         reached = int(steps[final_i])
         bar = BARS.get(algo.split(",")[0])
         met = None if bar is None or (reached < budget * 0.999 and mean[best_i] < bar) else bool(mean[best_i] >= bar)
+        train_steps, train_values = curves_on_grid([[(s, v) for s, v in r["train_curve"] if s <= budget * 1.001]
+                                                    for r in runs])
+        train_mean = mean_and_band(train_values)[0] if train_values.size else np.array([np.nan])
         rows.append(dict(algo=algo, seeds=len(runs), steps_reached=reached, best_mean_eval=float(mean[best_i]),
                          best_at=int(steps[best_i]), best_ci=[float(low[best_i]), float(high[best_i])],
                          final_mean_eval=float(mean[final_i]), bar=bar, met=met,
-                         best_per_seed=[float(np.nanmax(v[full])) for v in values]))
+                         best_per_seed=[float(np.nanmax(v[full])) for v in values],
+                         final_mean_train_return=float(train_mean[~np.isnan(train_mean)][-1])
+                         if np.isfinite(train_mean).any() else None))
         verdict = "-" if bar is None else ("yes" if met else "open" if met is None else "NO")
         print(f"{algo:<8} {len(runs):>5} {reached:>12,d} {mean[best_i]:>15.3f} {mean[final_i]:>16.3f} "
               f"{bar if bar is not None else '-':>5} {verdict:>4}   best at {int(steps[best_i]):,d}; per seed best: "
-              + ", ".join(f"{x:.2f}" for x in rows[-1]["best_per_seed"]))
+              + ", ".join(f"{x:.2f}" for x in rows[-1]["best_per_seed"])
+              + (f"; sampled policy (training episodes, last {WINDOW:,d} steps): {rows[-1]['final_mean_train_return']:.3f}"
+                 if rows[-1]["final_mean_train_return"] is not None else ""))
     if out_path:
         with open(out_path, "w") as f:
             json.dump({"env": ENV, "budget": budget, "rows": rows,
-                       "curves": {r["label"] + f" seed {r['seed']}": r["curve"] for r in records}}, f, indent=2)
+                       "curves": {r["label"] + f" seed {r['seed']}": r["curve"] for r in records},
+                       "training_curves": {r["label"] + f" seed {r['seed']}": r["train_curve"] for r in records}},
+                      f, indent=2)
     return rows
 
 
@@ -138,7 +167,7 @@ def main() -> None:
                        "--workers", str(opts.workers), "--run-dir", root, "--",
                        "--total-timesteps", str(opts.total_timesteps)])
     records = latest_per_seed([read_run(p) for p in find_runs(root)])
-    records = [r for r in records if r["env"] == ENV and r["curve"]]
+    records = [dict(r, train_curve=training_curve(r["path"])) for r in records if r["env"] == ENV and r["curve"]]
     kept = [r for r in records if normalised_reward_run(r)]
     if len(kept) < len(records):
         print(f"left out {len(records) - len(kept)} run(s) made with {' or '.join(REWARD_ARGS)} changed: "

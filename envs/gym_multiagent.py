@@ -18,9 +18,10 @@ not on termination), so each family says which one it was, from the env's own co
 - RWARE: the warehouse never finishes its job; `max_steps` (500) and the optional
   `max_inactivity_steps` both cut the episode, so both truncate.
 
-LBF's valid actions (`_valid_actions`: no step into a wall, food or another agent, no load
-away from food) are exposed as the action mask; the env turns an invalid action into NONE,
-so masking changes what a policy can choose, not the dynamics. LBF's rewards are normalised
+LBF's valid actions (`_valid_actions`: no step off the grid or onto food, no load away from
+food; a step into another agent's cell is valid, and cancelled when it collides) are exposed as
+the action mask; the env turns an invalid action into NONE, so masking changes what a policy
+can choose, not the dynamics. LBF's rewards are normalised
 by default (`normalize_reward=True`): collecting food of level f pays `f / (total level
 spawned)`, split between the loading agents by level, so the team's return summed over agents
 is the fraction of food collected, 1.0 for all of it. `LBFVecEnv` also reports that fraction
