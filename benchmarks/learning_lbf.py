@@ -19,7 +19,7 @@ Trains with the preset `configs/mappo/lbf_Foraging-8x8-2p-3f-v3.yaml` through `r
 go to <run-dir>/<env>/<algo>/, a second launch resumes or skips them), or reads runs already
 made (`--from-runs`, any depth, finished or not) with `common/results.py`:
 
-    python benchmarks/learning_lbf.py --seeds 3 --workers 3                      # the full bar, ~1.5 h a seed on one core
+    python benchmarks/learning_lbf.py --seeds 3 --workers 3    # the full bar: ~1.5-2.5 h a seed on one core
     python benchmarks/learning_lbf.py --from-runs runs/bench_lbf --json lbf.json --plot lbf.png
     python benchmarks/learning_lbf.py --random                                   # the random policy's score
 """
@@ -88,11 +88,12 @@ def report(records, budget: int, out_path=None) -> list:
                          final_mean_train_return=float(train_mean[~np.isnan(train_mean)][-1])
                          if np.isfinite(train_mean).any() else None))
         verdict = "-" if bar is None else ("yes" if met else "open" if met is None else "NO")
+        sampled = rows[-1]["final_mean_train_return"]
         print(f"{algo:<8} {len(runs):>5} {reached:>12,d} {mean[best_i]:>15.3f} {mean[final_i]:>16.3f} "
               f"{bar if bar is not None else '-':>5} {verdict:>4}   best at {int(steps[best_i]):,d}; per seed best: "
               + ", ".join(f"{x:.2f}" for x in rows[-1]["best_per_seed"])
-              + (f"; sampled policy (training episodes, last {WINDOW:,d} steps): {rows[-1]['final_mean_train_return']:.3f}"
-                 if rows[-1]["final_mean_train_return"] is not None else ""))
+              + (f"; sampled policy (training episodes, last {WINDOW:,d} steps): {sampled:.3f}"
+                 if sampled is not None else ""))
     if out_path:
         with open(out_path, "w") as f:
             json.dump({"env": ENV, "budget": budget, "rows": rows,

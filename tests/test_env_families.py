@@ -292,7 +292,8 @@ ADAPTER_ATTRIBUTES = ("num_envs", "n_agents", "agents", "obs_dim", "obs_dims", "
 def test_vmas_adapter_has_what_the_pettingzoo_adapter_has(continuous):
     """The algorithms read these from PettingZooVecEnv; VMAS's own adapter must give the same."""
     kwargs = {"continuous_actions": continuous}
-    vmas_env, pz_env = make_env("vmas:simple_spread", 2, env_kwargs=kwargs), make_env("simple_spread", 2, env_kwargs=kwargs)
+    vmas_env = make_env("vmas:simple_spread", 2, env_kwargs=kwargs)
+    pz_env = make_env("simple_spread", 2, env_kwargs=kwargs)
     extra = ("action_low", "action_high", "to_env_units") if continuous else ()
     for name in ADAPTER_ATTRIBUTES + extra:
         assert hasattr(pz_env, name) and hasattr(vmas_env, name), name
