@@ -7,14 +7,21 @@ Names: every mpe2 scenario by its bare name (`simple_spread`), its versioned nam
 (`simple_spread_v3`) or with the family prefix (`mpe2:simple_spread`). The batched torch port
 of a scenario (envs/torch_mpe.py: same dynamics, tensors on the CPU or the GPU, 10-100x the
 throughput) is selected with the `torch:` prefix (`torch:simple_spread`).
+
+Other families by prefix (their packages are optional; docs/envs.md has the install lines):
+`lbf:<gymnasium id>` (`lbf:Foraging-8x8-2p-3f-v3`), `rware:<gymnasium id>`
+(`rware:rware-tiny-2ag-v2`), `vmas:<scenario>` (`vmas:balance`, batched in torch on `device`)
+and `mamujoco:<scenario>-<agent_conf>` (`mamujoco:HalfCheetah-2x3`).
 """
 import importlib
 import inspect
+from functools import partial
 from typing import Any, Dict, Optional, Sequence
 
 from envs.pettingzoo_vec import PettingZooVecEnv, VecStep
 from envs.matrix_game import PAYOFFS, MatrixGame
 from envs.torch_mpe import TORCH_SCENARIOS, TorchMPE, make_torch_mpe
+from envs import gym_multiagent, mamujoco, vmas_vec
 
 TORCH_PREFIX = "torch:"
 
@@ -37,6 +44,23 @@ MPE2_SCENARIOS = {
 
 # Small torch-native envs (no PettingZoo twin)
 NATIVE_ENVS = {"matrix_game": MatrixGame}
+
+# Families reached by a prefix: prefix -> (arguments(rest), make(rest, num_envs, seed, env_kwargs,
+# render_mode, device), an example name), `rest` being the name after the prefix. Each family
+# imports its package only when used; a missing package fails with its pip line.
+FAMILIES = {
+    "lbf": (partial(gym_multiagent.arguments, "lbf"), partial(gym_multiagent.make, "lbf"), "lbf:Foraging-8x8-2p-3f-v3"),
+    "rware": (partial(gym_multiagent.arguments, "rware"), partial(gym_multiagent.make, "rware"),
+              "rware:rware-tiny-2ag-v2"),
+    "vmas": (vmas_vec.arguments, vmas_vec.make, "vmas:balance"),
+    "mamujoco": (mamujoco.arguments, mamujoco.make, "mamujoco:HalfCheetah-2x3"),
+}
+
+
+def _family(name: str):
+    """'lbf:Foraging-8x8-2p-3f-v3' -> (FAMILIES['lbf'], 'Foraging-8x8-2p-3f-v3'); other names -> (None, name)."""
+    prefix, sep, rest = name.partition(":")
+    return (FAMILIES[prefix], rest) if sep and prefix in FAMILIES else (None, name)
 
 
 def known_envs() -> list:
@@ -62,7 +86,8 @@ def _resolve(name: str) -> str:
         if bare in (short, module):
             return short
     raise ValueError(f"unknown env {name!r}; known envs: {', '.join(known_envs())} "
-                     "(also accepted with a version suffix, e.g. simple_spread_v3, or a 'mpe2:' prefix)")
+                     "(also accepted with a version suffix, e.g. simple_spread_v3, or a 'mpe2:' prefix); "
+                     "other families by prefix: " + ", ".join(f"{p}: (e.g. {f[2]})" for p, f in FAMILIES.items()))
 
 
 def env_maker(name: str):
@@ -73,6 +98,9 @@ def env_maker(name: str):
 
 def env_arguments(name: str) -> Dict[str, Any]:
     """The scenario arguments an env accepts, with their defaults."""
+    family, rest = _family(name)
+    if family is not None:
+        return family[0](rest)
     if name in NATIVE_ENVS:
         params = inspect.signature(NATIVE_ENVS[name].__init__).parameters
         return {k: p.default for k, p in params.items() if k not in ("self", "num_envs", "seed", "device")}
@@ -125,6 +153,9 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
     builds its PettingZoo twin (same observations and dynamics), which draws frames.
     """
     env_kwargs = dict(env_kwargs or {})
+    family, rest = _family(name)
+    if family is not None:
+        return family[1](rest, num_envs, seed, env_kwargs, render_mode, device)
     if name in NATIVE_ENVS:
         accepted = env_arguments(name)
         unknown = sorted(set(env_kwargs) - set(accepted))
@@ -150,4 +181,5 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
 
 
 __all__ = ["make_env", "env_maker", "env_arguments", "parse_env_kwargs", "known_envs",
-           "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS", "TorchMPE", "TORCH_SCENARIOS", "MatrixGame", "PAYOFFS", "NATIVE_ENVS"]
+           "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS", "TorchMPE", "TORCH_SCENARIOS", "MatrixGame", "PAYOFFS", "NATIVE_ENVS",
+           "FAMILIES"]

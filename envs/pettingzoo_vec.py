@@ -44,6 +44,8 @@ class VecStep:
     episode_return: np.ndarray  # (E, N) per-agent return of the finished episode (0 elsewhere)
     episode_length: np.ndarray  # (E,) length of the finished episode (0 elsewhere)
     final_action_mask: Optional[np.ndarray] = None  # (E, N, n_actions) mask of final_obs (discrete only)
+    # (E,) the family's normalised return of the finished episode (0 elsewhere), where it defines one (LBF)
+    episode_normalised_return: Optional[np.ndarray] = None
 
 
 def _flat_dim(space: spaces.Space, agent: str) -> int:
