@@ -156,8 +156,8 @@ def validate(args: Args) -> None:
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
     if "gnn" in (args.actor_model, args.critic_model) and not 1 <= args.gnn_layers <= len(args.hidden_sizes):
-        raise ConfigError(f"--gnn-layers must be between 1 and {len(args.hidden_sizes)} (the number of "
-                          f"--hidden-sizes layers; the first --gnn-layers of them pass messages), got {args.gnn_layers}")
+        raise ConfigError(f"--gnn-layers must be between 1 and {len(args.hidden_sizes)} (the number of --hidden-sizes "
+                          f"layers; the first --gnn-layers of them pass messages), got {args.gnn_layers}")
     if args.gnn_topology == "from_pos" and args.gnn_edge_radius <= 0:
         raise ConfigError(f"--gnn-edge-radius must be positive, got {args.gnn_edge_radius}")
 
@@ -183,7 +183,8 @@ def graph_net(args: Args, env, out_dim: int, out_gain: float, pool: str = "none"
 
 
 def build_networks(args: Args, env, device):
-    """Decentralised actor and decentralised critic, both on each agent's own observation."""
+    """Decentralised actor and decentralised critic, both on each agent's own observation (with
+    --actor-model / --critic-model gnn, a graph over the agents' observations instead)."""
     action_size = env.n_actions if env.discrete else env.action_dim
     actor_net = graph_net(args, env, action_size, out_gain=0.01) if args.actor_model == "gnn" else None
     actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),

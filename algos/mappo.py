@@ -111,7 +111,8 @@ class Args:
     """actor body: "mlp", each agent on its own observation; "gnn", message passing between agents along
     --gnn-topology (nets/gnn.py), so an agent acts on what its neighbours send too"""
     critic_model: Literal["mlp", "gnn"] = "mlp"
-    """critic body: "mlp", or "gnn", a graph over the agents with each agent's observation as its node, its outputs pooled by --gnn-critic-pool"""
+    """critic body: "mlp", or "gnn", a graph over the agents with each agent's observation as its node, its
+    outputs pooled by --gnn-critic-pool"""
     gnn_topology: Literal["full", "empty", "from_pos"] = "full"
     """GNN edges: every agent hears every other (full), none (empty: per-agent MLPs), or those closer than
     --gnn-edge-radius (from_pos, rebuilt every step from the agents' positions)"""
@@ -160,8 +161,8 @@ def validate(args: Args) -> None:
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
     if "gnn" in (args.actor_model, args.critic_model) and not 1 <= args.gnn_layers <= len(args.hidden_sizes):
-        raise ConfigError(f"--gnn-layers must be between 1 and {len(args.hidden_sizes)} (the number of "
-                          f"--hidden-sizes layers; the first --gnn-layers of them pass messages), got {args.gnn_layers}")
+        raise ConfigError(f"--gnn-layers must be between 1 and {len(args.hidden_sizes)} (the number of --hidden-sizes "
+                          f"layers; the first --gnn-layers of them pass messages), got {args.gnn_layers}")
     if args.gnn_topology == "from_pos" and args.gnn_edge_radius <= 0:
         raise ConfigError(f"--gnn-edge-radius must be positive, got {args.gnn_edge_radius}")
     if args.critic_model == "gnn" and args.critic_input != "state":

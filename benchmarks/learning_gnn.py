@@ -93,7 +93,8 @@ def report(by_variant: dict, out_path=None) -> dict:
     if {"mlp", "gnn"} <= set(rows):
         gnn, mlp = rows["gnn"], rows["mlp"]
         verdict = gnn["final_mean"] >= mlp["final_mean"] and gnn["best_mean"] >= mlp["best_mean"]
-        print(f"GNN - MLP: final {gnn['final_mean'] - mlp['final_mean']:+.2f}, best {gnn['best_mean'] - mlp['best_mean']:+.2f}"
+        print(f"GNN - MLP: final {gnn['final_mean'] - mlp['final_mean']:+.2f}, "
+              f"best {gnn['best_mean'] - mlp['best_mean']:+.2f}"
               f" -> GNN learns at least as well as the MLP: {'yes' if verdict else 'no'}")
         rows["gnn_at_least_as_good"] = verdict
     if out_path:

@@ -176,5 +176,6 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
     return PettingZooVecEnv(lambda: maker(**env_kwargs), num_envs, seed, state_from_obs=True)
 
 
-__all__ = ["make_env", "env_maker", "agent_feature_slices", "MPE_AGENT_FEATURES", "env_arguments", "parse_env_kwargs", "known_envs",
+__all__ = ["make_env", "env_maker", "env_arguments", "parse_env_kwargs", "known_envs", "agent_feature_slices",
+           "MPE_AGENT_FEATURES",
            "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS", "TorchMPE", "TORCH_SCENARIOS", "MatrixGame", "PAYOFFS", "NATIVE_ENVS"]
