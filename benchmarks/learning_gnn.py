@@ -115,7 +115,7 @@ def plot(by_variant: dict, path: str) -> None:
     for variant, runs in sorted(by_variant.items()):
         steps, values = curves_on_grid([r["curve"] for r in runs])
         mean, low, high, _ = mean_and_band(values)
-        line, = ax.plot(steps / 1e6, mean, lw=2, label=f"MAPPO {variant} ({len(runs)} seed{'s' * (len(runs) > 1)})")
+        line, = ax.plot(steps / 1e6, mean, lw=2, marker="o" if len(steps) <= 20 else None, ms=3, label=f"MAPPO {variant} ({len(runs)} seed{'s' * (len(runs) > 1)})")
         ax.fill_between(steps / 1e6, low, high, color=line.get_color(), alpha=0.2, lw=0)
     ax.set(xlabel="env steps (millions)", ylabel="greedy evaluation return (100 episodes)",
            title="torch:simple_spread, N=5: MAPPO GNN vs MLP (mean, 95% bootstrap CI)")
