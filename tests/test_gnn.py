@@ -75,8 +75,9 @@ def test_messages_reach_only_neighbours():
 # ----------------------------------------------------------------------------- equivariance, empty, sharing
 @pytest.mark.parametrize("topology", ["full", "empty", "from_pos"])
 @pytest.mark.parametrize("self_loops", [False, True])
-def test_shared_gnn_is_permutation_equivariant(topology, self_loops):
-    net = graph_net(topology=topology, self_loops=self_loops, edge_radius=1.0)
+@pytest.mark.parametrize("edges", [True, False], ids=["edge_features", "no_edge_features"])
+def test_shared_gnn_is_permutation_equivariant(topology, self_loops, edges):
+    net = graph_net(topology=topology, self_loops=self_loops, edge_radius=1.0, edge_features=edges)
     x = torch.randn(3, 2, 4, 10)
     perm = torch.tensor([2, 0, 3, 1])
     out, _ = net(x)
@@ -96,6 +97,22 @@ def test_message_passing_layer_is_permutation_equivariant():
     out = layer(h, adj, e)
     out_perm = layer(h[:, perm], adj[:, perm][:, :, perm], e[:, perm][:, :, perm])
     torch.testing.assert_close(out_perm, out[:, perm])
+
+
+@pytest.mark.parametrize("topology", ["full", "from_pos"])
+@pytest.mark.parametrize("share_params", [True, False])
+def test_messages_without_edge_features_equal_zero_edge_weights(topology, share_params):
+    """The layer's two paths (messages from the sender alone, one matmul; messages per edge)
+    agree when the edge weights are zero."""
+    with_edges = graph_net(topology=topology, share_params=share_params)
+    without = graph_net(topology=topology, share_params=share_params, edge_features=False)
+    with torch.no_grad():
+        for layer in with_edges.gnn:
+            layer.edge_lin.weight.zero_()
+            layer.edge_lin.bias.zero_()
+    without.load_state_dict({k: v for k, v in with_edges.state_dict().items() if ".edge_lin." not in k})
+    x = torch.randn(2, 3, 4, 10)
+    torch.testing.assert_close(with_edges(x)[0], without(x)[0])
 
 
 @pytest.mark.parametrize("share_params", [True, False])
