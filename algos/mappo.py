@@ -19,8 +19,8 @@ from common.groups import (agent_names, assign_groups, check_share_params, load_
                            parse_pairs)
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
                               rng_state, save_checkpoint, seed_everything, start_or_resume)
-from envs import make_env, parse_env_kwargs
-from nets import Actor, Critic, ValueNorm, explained_variance
+from envs import agent_feature_slices, make_env, parse_env_kwargs
+from nets import Actor, Critic, GraphNet, ValueNorm, explained_variance
 
 
 # ============================================================================ 1. ARGS
@@ -111,6 +111,32 @@ class Args:
     """hidden layer widths of actor and critic"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation"""
+    actor_model: Literal["mlp", "gnn"] = "mlp"
+    """actor body: "mlp", each agent on its own observation; "gnn", message passing between agents along
+    --gnn-topology (nets/gnn.py), so an agent acts on what its neighbours send too"""
+    critic_model: Literal["mlp", "gnn"] = "mlp"
+    """critic body: "mlp", or "gnn", a graph over the agents with each agent's observation as its node, its
+    outputs pooled by --gnn-critic-pool"""
+    gnn_topology: Literal["full", "empty", "from_pos"] = "full"
+    """GNN edges: every agent hears every other (full), none (empty: per-agent MLPs), or those closer than
+    --gnn-edge-radius (from_pos, rebuilt every step from the agents' positions)"""
+    gnn_edge_radius: float = 0.5
+    """with --gnn-topology from_pos: two agents closer than this (env position units) exchange messages"""
+    gnn_self_loops: bool = False
+    """every agent also sends a message to itself"""
+    gnn_layers: int = 1
+    """how many of the --hidden-sizes layers pass messages (the first ones; the rest are per-agent layers)"""
+    gnn_pos_slice: Optional[Tuple[int, int]] = None
+    """START END: each agent's own position in its observation (default: where the env reports it,
+    envs.agent_feature_slices); needed by --gnn-topology from_pos"""
+    gnn_vel_slice: Optional[Tuple[int, int]] = None
+    """START END: each agent's own velocity in its observation (default: where the env reports it)"""
+    gnn_edge_features: bool = True
+    """messages carry the sender's position relative to the receiver, their distance and relative velocity,
+    where positions / velocities are known"""
+    gnn_critic_pool: Literal["mean", "none"] = "mean"
+    """GNN critic output: "mean", the mean over agents' node outputs, one centralised value for every agent
+    (any topology); "none", each agent's value from its own node (per-agent rewards; needs edges)"""
 
     # --- teams: groups of agents with their own policy (competitive scenarios: one per side)
     agent_groups: Tuple[str, ...] = ()
@@ -151,21 +177,58 @@ def validate(args: Args) -> None:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
     check_share_params(args.share_params)
     parse_pairs(args.load_group, "--load-group", "adversary=runs/<run_name>")
+    if "gnn" in (args.actor_model, args.critic_model) and not 1 <= args.gnn_layers <= len(args.hidden_sizes):
+        raise ConfigError(f"--gnn-layers must be between 1 and {len(args.hidden_sizes)} (the number of --hidden-sizes "
+                          f"layers; the first --gnn-layers of them pass messages), got {args.gnn_layers}")
+    if args.gnn_topology == "from_pos" and args.gnn_edge_radius <= 0:
+        raise ConfigError(f"--gnn-edge-radius must be positive, got {args.gnn_edge_radius}")
+    if args.critic_model == "gnn" and args.critic_input != "state":
+        raise ConfigError("--critic-input is for the MLP critic; the GNN critic's nodes are the agents' observations "
+                          "(drop --critic-input or use --critic-model mlp)")
+    if args.critic_model == "gnn" and args.gnn_critic_pool == "none" and args.gnn_topology == "empty":
+        raise ConfigError("a GNN critic with --gnn-topology empty and --gnn-critic-pool none sees only each agent's "
+                          "own observation (that is IPPO); use --gnn-critic-pool mean or another topology")
+    if "gnn" in (args.actor_model, args.critic_model) and args.share_params == "group":
+        raise ConfigError("--share-params group is not available with GNN models yet; use all (one GNN for every "
+                          "agent) or none (one GNN per agent)")
 
 
 # ============================================================================ 2. NETWORKS
+def graph_net(args: Args, env, out_dim: int, out_gain: float, pool: str = "none") -> GraphNet:
+    """A GNN body on the agents' observations (nets/gnn.py). Each agent's own position and velocity
+    (the "from_pos" graph, edge features) come from --gnn-pos-slice / --gnn-vel-slice or, by
+    default, from where the env reports them; they must lie inside every agent's observation."""
+    known = agent_feature_slices(args.env)
+    pos, vel = args.gnn_pos_slice or known.get("pos"), args.gnn_vel_slice or known.get("vel")
+    if args.gnn_topology == "from_pos" and pos is None:
+        raise ConfigError(f"--gnn-topology from_pos needs each agent's position, and {args.env} does not report where "
+                          "it is in the observation: give --gnn-pos-slice START END")
+    smallest = min(env.obs_dims)
+    for flag, span in (("--gnn-pos-slice", pos), ("--gnn-vel-slice", vel)):
+        if span is not None and not (len(span) == 2 and 0 <= span[0] < span[1] <= smallest):
+            raise ConfigError(f"{flag} {' '.join(map(str, span))} is not inside the observation: need "
+                              f"0 <= START < END <= {smallest} (the smallest agent observation of {args.env})")
+    shared = args.share_params == "all"
+    return GraphNet(env.obs_dim, out_dim, env.n_agents, shared, args.hidden_sizes, args.gnn_layers,
+                    args.gnn_topology, args.gnn_edge_radius, args.gnn_self_loops, pos, vel, args.gnn_edge_features,
+                    args.recurrent, out_gain, args.activation, pool)
+
+
 def build_networks(args: Args, env, device):
     """Decentralised actor on local obs; centralised critic on the global state (one of each per
-    agent, per group or for all, as --share-params says)."""
+    agent, per group or for all, as --share-params says). With --actor-model / --critic-model gnn a
+    graph over the agents replaces the per-agent MLP (the critic then pools it)."""
     action_size = env.n_actions if env.discrete else env.action_dim
     # Parameter set of every agent: None for all/none (shared / per agent), its group's for group.
     sets = parameter_sets(args.share_params, assign_groups(agent_names(env), args.agent_groups)[1])
     shared = args.share_params == "all"
+    actor_net = graph_net(args, env, action_size, out_gain=0.01) if args.actor_model == "gnn" else None
     actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  shared, args.hidden_sizes, args.recurrent, args.activation, param_groups=sets).to(device)
+                  shared, args.hidden_sizes, args.recurrent, args.activation, param_groups=sets, net=actor_net).to(device)
     critic_dim = env.state_dim if args.critic_input == "state" else env.n_agents * env.obs_dim
+    critic_net = graph_net(args, env, 1, 1.0, args.gnn_critic_pool) if args.critic_model == "gnn" else None
     critic = Critic(critic_dim, env.n_agents, shared, args.hidden_sizes, args.recurrent,
-                    args.activation, param_groups=sets).to(device)
+                    args.activation, param_groups=sets, net=critic_net).to(device)
     return actor, critic
 
 
@@ -174,9 +237,12 @@ def critic_inputs(obs: torch.Tensor, state: torch.Tensor, kind: str) -> torch.Te
     """Centralised-critic input for every agent: (E, N, obs_dim), (E, state_dim) -> (E, N, D).
 
     Every agent's critic sees the same global information; with shared parameters the
-    agent-id one-hot (added in the network) tells the critic whose value it predicts.
+    agent-id one-hot (added in the network) tells the critic whose value it predicts. A GNN
+    critic ("obs") takes each agent's own observation as its node and gathers the rest by messages.
     """
     E, N, _ = obs.shape
+    if kind == "obs":
+        return obs  # (E, N, obs_dim)
     if kind == "state":
         return state[:, None, :].expand(E, N, state.shape[-1])  # (E, N, state_dim)
     return obs.reshape(E, 1, -1).expand(E, N, -1)  # (E, N, N * obs_dim)
@@ -287,6 +353,7 @@ def main(args: Args) -> dict:
         global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
         shuffle_gen.set_state(ckpt["shuffle_rng"])
     L = args.chunk_len if args.recurrent != "none" else 1
+    critic_kind = "obs" if args.critic_model == "gnn" else args.critic_input  # what critic_inputs assembles
 
     obs_np, state_np, mask_np = envs.reset()
     obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
@@ -309,7 +376,7 @@ def main(args: Args) -> dict:
         buffer.reset_current_episode()
         for step in range(T):
             global_step += E
-            extras = {"episode_starts": starts, "critic_inputs": critic_inputs(obs, state, args.critic_input)}
+            extras = {"episode_starts": starts, "critic_inputs": critic_inputs(obs, state, critic_kind)}
             if actor_state is not None:  # states *before* this step, to restart training sequences
                 extras["prev_hidden_states"], extras["prev_critic_hidden_states"] = actor_state[0], critic_state[0]
                 if args.recurrent == "lstm":
@@ -328,7 +395,7 @@ def main(args: Args) -> dict:
             if result.done.any():  # V(final obs) where an episode ended: what a truncation bootstraps from
                 final_state = torch.as_tensor(result.final_state, device=device)
                 with torch.no_grad():
-                    final_value, _ = critic(critic_inputs(final_obs, final_state, args.critic_input)[None], critic_state,
+                    final_value, _ = critic(critic_inputs(final_obs, final_state, critic_kind)[None], critic_state,
                                             torch.zeros_like(starts)[None])  # (1, E, N)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
@@ -345,7 +412,7 @@ def main(args: Args) -> dict:
             agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
             train_lengths.extend(result.episode_length[result.done].tolist())
         with torch.no_grad():  # V(s_T): bootstraps the last step wherever its episode goes on
-            last_value, _ = critic(critic_inputs(obs, state, args.critic_input)[None], critic_state, starts[None])  # (1, E, N)
+            last_value, _ = critic(critic_inputs(obs, state, critic_kind)[None], critic_state, starts[None])  # (1, E, N)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS

@@ -16,7 +16,7 @@ and `mamujoco:<scenario>-<agent_conf>` (`mamujoco:HalfCheetah-2x3`).
 import importlib
 import inspect
 from functools import partial
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from envs.pettingzoo_vec import PettingZooVecEnv, VecStep
 from envs.matrix_game import PAYOFFS, MatrixGame
@@ -40,6 +40,33 @@ MPE2_SCENARIOS = {
     "simple_line": "simple_line_v1",
     "collect_treasure": "collect_treasure_v1",
 }
+
+
+# Where each agent's own position and velocity sit in its observation, as (start, end) index
+# ranges, for the scenarios whose every agent observes them at the same place (mpe2's
+# `observation()`, which the torch port writes in the same order). Graph models use them
+# (nets/gnn.py: the "from_pos" topology, relative edge features). Scenarios missing here, or a
+# missing key, do not give that feature at one place for every agent.
+MPE_AGENT_FEATURES = {
+    "simple": {"vel": (0, 2)},  # [self_vel, landmark_rel]
+    "simple_push": {"vel": (0, 2)},  # both agents start with self_vel
+    "simple_reference": {"vel": (0, 2)},
+    "simple_spread": {"vel": (0, 2), "pos": (2, 4)},  # [self_vel, self_pos, landmark_rel, other_rel, comm]
+    "simple_tag": {"vel": (0, 2), "pos": (2, 4)},
+    "simple_world_comm": {"vel": (0, 2), "pos": (2, 4)},
+    "simple_formation": {"vel": (0, 2), "pos": (2, 4)},
+    "simple_line": {"vel": (0, 2), "pos": (2, 4)},
+    "collect_treasure": {"pos": (0, 2), "vel": (2, 4)},  # position first in this one
+}
+
+
+def agent_feature_slices(name: str) -> Dict[str, Tuple[int, int]]:
+    """{"pos": (start, end), "vel": (start, end)} of each agent's own position and velocity in
+    the observations of env `name` (mpe2 or torch: spellings alike); a key is absent where the
+    env does not report it, and the dict is empty for envs outside MPE."""
+    if name in NATIVE_ENVS:
+        return {}
+    return dict(MPE_AGENT_FEATURES.get(_resolve(_split_torch(name)[1]), {}))
 
 
 # Small torch-native envs (no PettingZoo twin)
@@ -180,6 +207,7 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
     return PettingZooVecEnv(lambda: maker(**env_kwargs), num_envs, seed, state_from_obs=True)
 
 
-__all__ = ["make_env", "env_maker", "env_arguments", "parse_env_kwargs", "known_envs",
+__all__ = ["make_env", "env_maker", "env_arguments", "parse_env_kwargs", "known_envs", "agent_feature_slices",
+           "MPE_AGENT_FEATURES",
            "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS", "TorchMPE", "TORCH_SCENARIOS", "MatrixGame", "PAYOFFS", "NATIVE_ENVS",
            "FAMILIES"]

@@ -6,7 +6,9 @@ from nets.policy import (Actor, AgentNet, Critic, GreedyQ, MaskedCategorical, Ma
 from nets.policy import DeterministicActor, SquashedGaussianActor
 from nets.mixers import NonMonotonicMixer, QMixer, QPLEXMixer, VDNMixer
 from nets.recurrent import RecurrentCore
+from nets.gnn import GraphNet, MessagePassing, adjacency, edge_features
 
 __all__ = ["MLP", "AgentLinear", "make_linear", "RecurrentCore", "AgentNet", "Actor", "Critic",
            "ValueNorm", "MaskedCategorical", "MaskedGaussian", "explained_variance", "VDNMixer", "QMixer",
-           "QPLEXMixer", "QPolicy", "GreedyQ", "DeterministicActor", "SquashedGaussianActor", "NonMonotonicMixer"]
+           "QPLEXMixer", "QPolicy", "GreedyQ", "DeterministicActor", "SquashedGaussianActor", "NonMonotonicMixer",
+           "GraphNet", "MessagePassing", "adjacency", "edge_features"]

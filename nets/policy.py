@@ -125,16 +125,19 @@ class Actor(nn.Module):
 
     Discrete: logits with the action mask applied. Continuous: a Gaussian whose mean comes
     from the network and whose log-std is a learned per-agent parameter (state-independent).
+    `net` replaces the default `AgentNet` with another body of the same interface (a
+    `nets.gnn.GraphNet` with out_dim = action_size); the other network arguments are then unused.
     """
 
     def __init__(self, obs_dim: int, n_agents: int, discrete: bool, action_size: int,
                  action_dim_mask: torch.Tensor, share_params: bool = True, hidden_sizes=(64, 64),
                  recurrent: str = "none", activation: str = "tanh", init_log_std: float = -0.5,
-                 param_groups: Optional[Sequence[int]] = None):
+                 param_groups: Optional[Sequence[int]] = None, net: Optional[nn.Module] = None):
         super().__init__()
         self.discrete = discrete
-        self.net = AgentNet(obs_dim, action_size, n_agents, share_params, hidden_sizes, recurrent,
-                            out_gain=0.01, activation=activation, param_groups=param_groups)
+        self.net = net if net is not None else AgentNet(obs_dim, action_size, n_agents, share_params, hidden_sizes,
+                                                        recurrent, out_gain=0.01, activation=activation,
+                                                        param_groups=param_groups)
         self.register_buffer("action_dim_mask", torch.as_tensor(action_dim_mask, dtype=torch.bool))
         if not discrete:
             self.log_std = nn.Parameter(torch.full((n_agents, action_size), init_log_std))
@@ -161,14 +164,16 @@ class Critic(nn.Module):
     """State-value network: input (L, B, N, in_dim) -> value (L, B, N), one value per agent.
 
     A centralised critic is this module fed the global state (or all observations) for every
-    agent; a decentralised one is fed each agent's own observation.
+    agent; a decentralised one is fed each agent's own observation. `net` replaces the default
+    `AgentNet` with another body of the same interface and out_dim 1 (a `nets.gnn.GraphNet`).
     """
 
     def __init__(self, in_dim: int, n_agents: int, share_params: bool = True, hidden_sizes=(64, 64),
-                 recurrent: str = "none", activation: str = "tanh", param_groups: Optional[Sequence[int]] = None):
+                 recurrent: str = "none", activation: str = "tanh", param_groups: Optional[Sequence[int]] = None,
+                 net: Optional[nn.Module] = None):
         super().__init__()
-        self.net = AgentNet(in_dim, 1, n_agents, share_params, hidden_sizes, recurrent, out_gain=1.0,
-                            activation=activation, param_groups=param_groups)
+        self.net = net if net is not None else AgentNet(in_dim, 1, n_agents, share_params, hidden_sizes, recurrent,
+                                                        out_gain=1.0, activation=activation, param_groups=param_groups)
 
     def initial_state(self, batch: int, device=None):
         return self.net.initial_state(batch, device)

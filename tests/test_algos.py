@@ -207,7 +207,7 @@ def test_learning_rate_schedules(algo):
         k = step // short.batch_size + 1
         assert algo.learning_rate_at(short, k, step) == algo.learning_rate_at(long, k, step)
         assert math.isclose(algo.learning_rate_at(short, k, step), short.learning_rate / (1 + step / 300_000))
-    linear = make_args(algo.Args, total_timesteps=8_000, lr_decay_steps=0)
+    linear = make_args(algo.Args, num_envs=32, total_timesteps=8_000, lr_decay_steps=0)  # 800 steps an iteration
     assert linear.num_iterations == 10
     assert math.isclose(algo.learning_rate_at(linear, 1, 0), linear.learning_rate)
     assert math.isclose(algo.learning_rate_at(linear, 10, 7_200), linear.learning_rate / 10)
