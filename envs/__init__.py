@@ -7,6 +7,10 @@ Names: every mpe2 scenario by its bare name (`simple_spread`), its versioned nam
 (`simple_spread_v3`) or with the family prefix (`mpe2:simple_spread`). The batched torch port
 of a scenario (envs/torch_mpe.py: same dynamics, tensors on the CPU or the GPU, 10-100x the
 throughput) is selected with the `torch:` prefix (`torch:simple_spread`).
+
+Other PettingZoo families go by `family:scenario` (`sisl:pursuit`, `butterfly:pistonball`,
+`magent2:battle`, or with the module's version, `sisl:pursuit_v5`); their packages are optional
+and a missing one fails with the pip line that installs it (`PZ_FAMILIES`).
 """
 import importlib
 import inspect
@@ -15,6 +19,7 @@ from typing import Any, Dict, Optional, Sequence
 from envs.pettingzoo_vec import PettingZooVecEnv, VecStep
 from envs.matrix_game import PAYOFFS, MatrixGame
 from envs.torch_mpe import TORCH_SCENARIOS, TorchMPE, make_torch_mpe
+from envs.pz_families import PZ_FAMILIES, family_arguments, family_names, family_parallel_env, make_family_env, split_family
 
 TORCH_PREFIX = "torch:"
 
@@ -40,7 +45,8 @@ NATIVE_ENVS = {"matrix_game": MatrixGame}
 
 
 def known_envs() -> list:
-    return sorted(MPE2_SCENARIOS) + sorted(TORCH_PREFIX + name for name in TORCH_SCENARIOS) + sorted(NATIVE_ENVS)
+    return (sorted(MPE2_SCENARIOS) + sorted(TORCH_PREFIX + name for name in TORCH_SCENARIOS) + sorted(NATIVE_ENVS)
+            + family_names())
 
 
 def _split_torch(name: str):
@@ -67,6 +73,9 @@ def _resolve(name: str) -> str:
 
 def env_maker(name: str):
     """The PettingZoo `parallel_env` constructor behind a registry name (a torch port's twin)."""
+    family = split_family(name)
+    if family is not None:
+        return family_parallel_env(*family)
     name = _split_torch(name)[1]
     return importlib.import_module(f"mpe2.{MPE2_SCENARIOS[_resolve(name)]}").parallel_env
 
@@ -76,6 +85,9 @@ def env_arguments(name: str) -> Dict[str, Any]:
     if name in NATIVE_ENVS:
         params = inspect.signature(NATIVE_ENVS[name].__init__).parameters
         return {k: p.default for k, p in params.items() if k not in ("self", "num_envs", "seed", "device")}
+    family = split_family(name)
+    if family is not None:
+        return family_arguments(*family)
     is_torch, bare = _split_torch(name)
     if is_torch:
         params = inspect.signature(TORCH_SCENARIOS[bare].__init__).parameters
@@ -131,6 +143,9 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
         if unknown:
             raise ValueError(f"env {name!r} does not take argument(s) {unknown}; accepted: {', '.join(accepted)}")
         return NATIVE_ENVS[name](num_envs, seed, device or "cpu", **env_kwargs)
+    family = split_family(name)
+    if family is not None:
+        return make_family_env(name, family, num_envs, seed, env_kwargs, render_mode)
     is_torch, bare = _split_torch(name)
     if is_torch and render_mode is None:
         return make_torch_mpe(bare, num_envs, seed, device or "cpu", **env_kwargs)
@@ -150,4 +165,5 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
 
 
 __all__ = ["make_env", "env_maker", "env_arguments", "parse_env_kwargs", "known_envs",
-           "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS", "TorchMPE", "TORCH_SCENARIOS", "MatrixGame", "PAYOFFS", "NATIVE_ENVS"]
+           "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS", "TorchMPE", "TORCH_SCENARIOS", "MatrixGame", "PAYOFFS", "NATIVE_ENVS",
+           "PZ_FAMILIES"]
