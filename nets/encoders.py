@@ -35,8 +35,9 @@ class CNNEncoder(nn.Module):
 
     Large images (both sides at least 36): the Nature-CNN stack with half its filters (Mnih et al.
     2015: 8x8 stride 4, 4x4 stride 2, 3x3 stride 1; 16-32-32 channels). Small ones (a 7 x 7 pursuit
-    view, a 13 x 13 MAgent2 view): two padded 3x3 convolutions, 16 then 32 channels, the second
-    with stride 2 (every cell is still seen; the wider layer costs a quarter). Then
+    view, a 13 x 13 MAgent2 view, a downsampled screen): two padded 3x3 convolutions, 16 then 32
+    channels, the second with stride 2, the first too where both sides are at least 16 (a CPU
+    pays for every multiply-add of a rollout's images, ten times over in PPO's epochs). Then
     average pooling down to at most MAX_CELLS a side, a linear layer and a ReLU.
 
     n_agents given: separate weights per agent, as grouped convolutions (one group per agent) and
@@ -51,7 +52,8 @@ class CNNEncoder(nn.Module):
         if min(H, W) >= 36:
             spec = [(16, 8, 4, 0), (32, 4, 2, 0), (32, 3, 1, 0)]  # (channels, kernel, stride, padding)
         else:
-            spec = [(16, 3, 1, 1), (32, 3, 2, 1)]  # the stride halves the cost of the wider layer
+            first = 2 if min(H, W) >= 16 else 1  # a 7 x 7 or 13 x 13 view keeps its resolution
+            spec = [(16, 3, first, 1), (32, 3, 2, 1)]
         layers, ch, h, w = [], C, H, W
         for out_ch, k, s, p in spec:
             layers += [nn.Conv2d(G * ch, G * out_ch, k, s, p, groups=G), nn.ReLU()]
