@@ -26,6 +26,10 @@ class FlatEncoder(nn.Module):
         self.out_dim = in_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.out_dim:
+            raise ValueError(f"a network built for flat inputs of size {self.out_dim} got inputs shaped "
+                             f"{tuple(x.shape)}; image observations need the env's obs_shape (H, W, C) at "
+                             "construction (nets.encoder_for), as algos/mappo.py, ippo.py and qmix.py pass it")
         return x if x.dtype.is_floating_point else x.float()
 
 

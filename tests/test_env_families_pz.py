@@ -218,6 +218,9 @@ def test_actor_critic_and_qpolicy_take_images():
     for net in (actor, critic, agents):
         assert isinstance(net.net.encoder, CNNEncoder)
     assert isinstance(Actor(18, 2, True, 5, mask).net.encoder, FlatEncoder)
+    # a network built from obs_dim alone (the files that take only vectors) says what went wrong
+    with pytest.raises(ValueError, match=r"flat inputs of size 845 got inputs shaped \(1, 3, 2, 13, 13, 5\)"):
+        Actor(13 * 13 * 5, 2, True, 5, mask)(obs)
 
 
 def test_unsupported_spaces_fail_naming_them():
