@@ -94,6 +94,17 @@ def test_magent2_reward_arguments_are_accepted():
     assert np.allclose(env.step(np.full((1, 4), 6)).reward, -1.0)
 
 
+def test_missing_package_names_the_pip_line(monkeypatch):
+    def absent(name, *args):
+        raise ImportError(f"No module named {name.split('.')[0]!r}")
+
+    monkeypatch.setattr(envs.pz_families.importlib, "import_module", absent)
+    with pytest.raises(ImportError, match=r"magent2:battle needs an optional package .* pip install magent2==0\.3\.4"):
+        envs.make_env("magent2:battle", 1)
+    with pytest.raises(ImportError, match=r'pip install "pettingzoo\[sisl\]==1\.27\.0"'):
+        envs.env_arguments("sisl:multiwalker")
+
+
 @NEEDS["sisl"]
 def test_image_stride_on_vector_observations_fails():
     with pytest.raises(ValueError, match="image_stride=2 downsamples image observations"):
