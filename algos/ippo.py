@@ -205,17 +205,19 @@ def graph_net(args: Args, env, out_dim: int, out_gain: float, pool: str = "none"
 
 def build_networks(args: Args, env, device):
     """Decentralised actor and decentralised critic, both on each agent's own observation (one of
-    each per agent, per group or for all, as --share-params says; with --actor-model /
-    --critic-model gnn, a graph over the agents' observations instead)."""
+    each per agent, per group or for all, as --share-params says; an image observation, obs_shape
+    (H, W, C), gets a small CNN in front: nets.encoder_for; with --actor-model / --critic-model gnn,
+    a graph over the agents' observations instead)."""
     action_size = env.n_actions if env.discrete else env.action_dim
+    obs_shape = getattr(env, "obs_shape", (env.obs_dim,))  # adapters without images may not set it
     # Parameter set of every agent: None for all/none (shared / per agent), its group's for group.
     sets = parameter_sets(args.share_params, assign_groups(agent_names(env), args.agent_groups)[1])
     shared = args.share_params == "all"
     actor_net = graph_net(args, env, action_size, out_gain=0.01) if args.actor_model == "gnn" else None
-    actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
+    actor = Actor(obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
                   shared, args.hidden_sizes, args.recurrent, args.activation, param_groups=sets, net=actor_net).to(device)
     critic_net = graph_net(args, env, 1, 1.0) if args.critic_model == "gnn" else None
-    critic = Critic(env.obs_dim, env.n_agents, shared, args.hidden_sizes, args.recurrent,
+    critic = Critic(obs_shape, env.n_agents, shared, args.hidden_sizes, args.recurrent,
                     args.activation, param_groups=sets, net=critic_net).to(device)
     return actor, critic
 

@@ -216,16 +216,23 @@ def graph_net(args: Args, env, out_dim: int, out_gain: float, pool: str = "none"
 
 def build_networks(args: Args, env, device):
     """Decentralised actor on local obs; centralised critic on the global state (one of each per
-    agent, per group or for all, as --share-params says). With --actor-model / --critic-model gnn a
-    graph over the agents replaces the per-agent MLP (the critic then pools it)."""
+    agent, per group or for all, as --share-params says). Image observations (obs_shape (H, W, C))
+    and image states get a small CNN in front (nets.encoder_for). With --actor-model /
+    --critic-model gnn a graph over the agents replaces the per-agent MLP (the critic then pools it)."""
     action_size = env.n_actions if env.discrete else env.action_dim
+    obs_shape = getattr(env, "obs_shape", (env.obs_dim,))  # adapters without images may not set it
+    state_shape = getattr(env, "state_shape", (env.state_dim,))
     # Parameter set of every agent: None for all/none (shared / per agent), its group's for group.
     sets = parameter_sets(args.share_params, assign_groups(agent_names(env), args.agent_groups)[1])
     shared = args.share_params == "all"
     actor_net = graph_net(args, env, action_size, out_gain=0.01) if args.actor_model == "gnn" else None
-    actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
+    actor = Actor(obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
                   shared, args.hidden_sizes, args.recurrent, args.activation, param_groups=sets, net=actor_net).to(device)
-    critic_dim = env.state_dim if args.critic_input == "state" else env.n_agents * env.obs_dim
+    if args.critic_input == "concat_obs" and len(obs_shape) > 1:
+        raise ConfigError(f"--critic-input concat_obs needs flat observations; {args.env} has images {obs_shape}: "
+                          "use --critic-input state")
+    critic_dim = ((state_shape if len(state_shape) == 3 else env.state_dim) if args.critic_input == "state"
+                  else env.n_agents * env.obs_dim)
     critic_net = graph_net(args, env, 1, 1.0, args.gnn_critic_pool) if args.critic_model == "gnn" else None
     critic = Critic(critic_dim, env.n_agents, shared, args.hidden_sizes, args.recurrent,
                     args.activation, param_groups=sets, net=critic_net).to(device)
@@ -240,7 +247,7 @@ def critic_inputs(obs: torch.Tensor, state: torch.Tensor, kind: str) -> torch.Te
     agent-id one-hot (added in the network) tells the critic whose value it predicts. A GNN
     critic ("obs") takes each agent's own observation as its node and gathers the rest by messages.
     """
-    E, N, _ = obs.shape
+    E, N = obs.shape[:2]
     if kind == "obs":
         return obs  # (E, N, obs_dim)
     if kind == "state":

@@ -12,6 +12,9 @@ Other families by prefix (their packages are optional; docs/envs.md has the inst
 `lbf:<gymnasium id>` (`lbf:Foraging-8x8-2p-3f-v3`), `rware:<gymnasium id>`
 (`rware:rware-tiny-2ag-v2`), `vmas:<scenario>` (`vmas:balance`, batched in torch on `device`)
 and `mamujoco:<scenario>-<agent_conf>` (`mamujoco:HalfCheetah-2x3`).
+Other PettingZoo families go by `family:scenario` (`sisl:pursuit`, `butterfly:pistonball`,
+`magent2:battle`, or with the module's version, `sisl:pursuit_v5`); their packages are optional
+and a missing one fails with the pip line that installs it (`PZ_FAMILIES`).
 """
 import importlib
 import inspect
@@ -22,6 +25,7 @@ from envs.pettingzoo_vec import PettingZooVecEnv, VecStep
 from envs.matrix_game import PAYOFFS, MatrixGame
 from envs.torch_mpe import TORCH_SCENARIOS, TorchMPE, make_torch_mpe
 from envs import gym_multiagent, mamujoco, vmas_vec
+from envs.pz_families import PZ_FAMILIES, family_arguments, family_names, family_parallel_env, make_family_env, split_family
 
 TORCH_PREFIX = "torch:"
 
@@ -91,7 +95,8 @@ def _family(name: str):
 
 
 def known_envs() -> list:
-    return sorted(MPE2_SCENARIOS) + sorted(TORCH_PREFIX + name for name in TORCH_SCENARIOS) + sorted(NATIVE_ENVS)
+    return (sorted(MPE2_SCENARIOS) + sorted(TORCH_PREFIX + name for name in TORCH_SCENARIOS) + sorted(NATIVE_ENVS)
+            + family_names())
 
 
 def _split_torch(name: str):
@@ -119,6 +124,9 @@ def _resolve(name: str) -> str:
 
 def env_maker(name: str):
     """The PettingZoo `parallel_env` constructor behind a registry name (a torch port's twin)."""
+    family = split_family(name)
+    if family is not None:
+        return family_parallel_env(*family)
     name = _split_torch(name)[1]
     return importlib.import_module(f"mpe2.{MPE2_SCENARIOS[_resolve(name)]}").parallel_env
 
@@ -131,6 +139,9 @@ def env_arguments(name: str) -> Dict[str, Any]:
     if name in NATIVE_ENVS:
         params = inspect.signature(NATIVE_ENVS[name].__init__).parameters
         return {k: p.default for k, p in params.items() if k not in ("self", "num_envs", "seed", "device")}
+    family = split_family(name)
+    if family is not None:
+        return family_arguments(*family)
     is_torch, bare = _split_torch(name)
     if is_torch:
         params = inspect.signature(TORCH_SCENARIOS[bare].__init__).parameters
@@ -189,6 +200,9 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
         if unknown:
             raise ValueError(f"env {name!r} does not take argument(s) {unknown}; accepted: {', '.join(accepted)}")
         return NATIVE_ENVS[name](num_envs, seed, device or "cpu", **env_kwargs)
+    family = split_family(name)
+    if family is not None:
+        return make_family_env(name, family, num_envs, seed, env_kwargs, render_mode)
     is_torch, bare = _split_torch(name)
     if is_torch and render_mode is None:
         return make_torch_mpe(bare, num_envs, seed, device or "cpu", **env_kwargs)
@@ -210,4 +224,4 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
 __all__ = ["make_env", "env_maker", "env_arguments", "parse_env_kwargs", "known_envs", "agent_feature_slices",
            "MPE_AGENT_FEATURES",
            "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS", "TorchMPE", "TORCH_SCENARIOS", "MatrixGame", "PAYOFFS", "NATIVE_ENVS",
-           "FAMILIES"]
+           "FAMILIES", "PZ_FAMILIES"]

@@ -3,7 +3,8 @@
 Every environment family ends up in the same layout (STYLE.md, "What goes where"):
 
     obs          (E, N, obs_dim)   float32, each agent's own observation, zero-padded to obs_dim
-    state        (E, state_dim)    float32, the global state
+                 (E, N, H, W, C)   for image observations (3-D Box spaces), uint8 when the env's are
+    state        (E, state_dim)    float32, the global state (flattened; its own shape is `state_shape`)
     reward       (E, N)            float32
     terminated   (E, N)            bool, the episode ended by the task: do not bootstrap
     truncated    (E, N)            bool, the episode was cut by a time limit: bootstrap
@@ -16,7 +17,10 @@ whose Gaussian starts at mean 0 starts in the middle of every action space, what
 env's units (mpe2's continuous actions live in [0, 1]).
 
 Agents whose observation or action sizes differ are padded to the largest size; the true
-sizes stay in `obs_dims` / `action_dims`. A copy whose episode ended resets at once; its
+sizes stay in `obs_dims` / `action_dims`. Image observations keep their (H, W, C) layout (each
+axis padded to the largest agent's) so that a CNN can read them (`nets.encoder_for`); they stay
+uint8 when the env gives uint8, a quarter of float32's memory. 1-D and 2-D Box observations
+are flattened to (obs_dim,). A copy whose episode ended resets at once; its
 last observation is returned in `final_obs` so a truncated episode can be bootstrapped.
 Copy i is seeded with `seed + i` at its first reset.
 """
@@ -31,14 +35,14 @@ from gymnasium import spaces
 class VecStep:
     """What one batched step returns; every array has the env copies first, then agents."""
 
-    obs: np.ndarray  # (E, N, obs_dim) after auto-reset
+    obs: np.ndarray  # (E, N, obs_dim), or (E, N, H, W, C) for images, after auto-reset
     state: np.ndarray  # (E, state_dim) after auto-reset
     reward: np.ndarray  # (E, N)
     terminated: np.ndarray  # (E, N)
     truncated: np.ndarray  # (E, N)
     alive: np.ndarray  # (E, N) agent acted in this step
     action_mask: Optional[np.ndarray]  # (E, N, n_actions) for the next step, or None
-    final_obs: np.ndarray  # (E, N, obs_dim) the true next obs (before auto-reset)
+    final_obs: np.ndarray  # (E, N, *obs_shape) the true next obs (before auto-reset)
     final_state: np.ndarray  # (E, state_dim) the true next state (before auto-reset)
     done: np.ndarray  # (E,) the copy finished an episode in this step
     episode_return: np.ndarray  # (E, N) per-agent return of the finished episode (0 elsewhere)
@@ -48,12 +52,18 @@ class VecStep:
     episode_normalised_return: Optional[np.ndarray] = None
 
 
-def _flat_dim(space: spaces.Space, agent: str) -> int:
-    if isinstance(space, spaces.Box):
-        return int(np.prod(space.shape))
+def _obs_shape(space: spaces.Space, agent: str, stride: int) -> tuple:
+    """The adapter's layout of one agent's observation: (H, W, C) for a 3-D Box (an image, of
+    which every `stride`-th row and column is kept), (size,) for a 1-D or 2-D Box (flattened)."""
+    if isinstance(space, spaces.Box) and len(space.shape) == 3:
+        H, W, C = space.shape
+        return (-(-H // stride), -(-W // stride), C)
+    if isinstance(space, spaces.Box) and len(space.shape) in (1, 2):
+        return (int(np.prod(space.shape)),)
     raise TypeError(
         f"agent {agent!r} has observation space {space}; the PettingZoo adapter accepts Box "
-        "observations (or a Dict with 'observation' and 'action_mask' keys)"
+        "observations of 1 or 2 dimensions (flattened) or 3 (an image, H x W x C), or a Dict with "
+        "'observation' and 'action_mask' keys"
     )
 
 
@@ -67,12 +77,17 @@ class PettingZooVecEnv:
         state_from_obs: build the global state by concatenating the agents' observations
             instead of calling `env.state()`; for envs (like mpe2) whose `state()` is defined
             as exactly that concatenation, it saves a second pass over the observations.
+        image_stride: keep every s-th row and column of image observations and of an image
+            state (nearest-neighbour downsampling: less memory and a smaller CNN); 1 keeps all.
     """
 
     def __init__(self, make_env: Callable[[], object], num_envs: int, seed: int = 0,
-                 state_from_obs: bool = False):
+                 state_from_obs: bool = False, image_stride: int = 1):
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        if image_stride < 1:
+            raise ValueError(f"image_stride must be at least 1 (1 keeps every pixel), got {image_stride}")
+        self.image_stride = image_stride
         self.envs = [make_env() for _ in range(num_envs)]
         self.num_envs = num_envs
         self.seed = seed
@@ -85,8 +100,22 @@ class PettingZooVecEnv:
         self._dict_obs = all(isinstance(s, spaces.Dict) and "observation" in s.spaces for s in obs_spaces)
         if self._dict_obs:
             obs_spaces = [s["observation"] for s in obs_spaces]
-        self.obs_dims = [_flat_dim(s, a) for s, a in zip(obs_spaces, self.agents)]
-        self.obs_dim = max(self.obs_dims)
+        shapes = [_obs_shape(s, a, image_stride) for s, a in zip(obs_spaces, self.agents)]
+        if len({len(sh) for sh in shapes}) > 1:
+            raise TypeError(f"observation spaces {obs_spaces} mix images (3-D Box) and vectors; the adapter "
+                            "accepts all-image or all-vector observations")
+        self.image_obs = len(shapes[0]) == 3
+        if image_stride > 1 and not self.image_obs:
+            raise ValueError(f"image_stride={image_stride} downsamples image observations, but these are "
+                             f"vectors ({obs_spaces[0]}); leave it at 1")
+        # Every axis is padded to the largest agent's; `_obs_slices[n]` is where agent n's values go.
+        self.obs_shape = tuple(int(max(sh[k] for sh in shapes)) for k in range(len(shapes[0])))
+        self._agent_shapes = shapes
+        self._obs_slices = [tuple(slice(0, d) for d in sh) for sh in shapes]
+        self.obs_dims = [int(np.prod(sh)) for sh in shapes]  # true (flattened) sizes
+        self.obs_dim = int(np.prod(self.obs_shape))
+        uint8 = self.image_obs and all(s.dtype == np.uint8 for s in obs_spaces)
+        self.obs_dtype = np.uint8 if uint8 else np.float32
 
         # Actions: all Discrete, or all Box.
         act_spaces = [env0.action_space(a) for a in self.agents]
@@ -119,15 +148,16 @@ class PettingZooVecEnv:
         if not state_from_obs:
             try:  # PettingZoo's ParallelEnv defines state() but raises where the env has none
                 env0.reset(seed=seed)
-                self.state_dim = int(np.asarray(env0.state()).size)
+                self.state_shape = self._state_view(env0.state()).shape
             except (NotImplementedError, AttributeError):
                 self.state_from_obs = True
         if self.state_from_obs:
-            self.state_dim = sum(self.obs_dims)
+            self.state_shape = (sum(self.obs_dims),)
+        self.state_dim = int(np.prod(self.state_shape))
 
         self.has_action_mask = self.discrete and (self._dict_obs or self._probe_info_mask())
         E, N = num_envs, self.n_agents
-        self._obs = np.zeros((E, N, self.obs_dim), np.float32)
+        self._obs = np.zeros((E, N, *self.obs_shape), self.obs_dtype)
         self._state = np.zeros((E, self.state_dim), np.float32)
         self._mask = np.ones((E, N, max(self.n_actions, 1)), bool)
         self._ep_return = np.zeros((E, N), np.float32)
@@ -137,6 +167,11 @@ class PettingZooVecEnv:
     def _probe_info_mask(self) -> bool:
         _, infos = self.envs[0].reset(seed=self.seed)
         return any(isinstance(i, dict) and "action_mask" in i for i in infos.values())
+
+    def _state_view(self, state) -> np.ndarray:
+        """env.state() as the adapter keeps its shape: an image state downsampled like the observations."""
+        state = np.asarray(state)
+        return state[:: self.image_stride, :: self.image_stride] if state.ndim == 3 else state
 
     # ---------------------------------------------------------------- writing one copy
     def _write(self, i: int, env, obs: dict, infos: dict) -> None:
@@ -150,15 +185,17 @@ class PettingZooVecEnv:
                 if self.discrete:
                     self._mask[i, n, : self.action_dims[n]] = np.asarray(o["action_mask"], bool)
                 o = o["observation"]
-            self._obs[i, n, : self.obs_dims[n]] = np.asarray(o, np.float32).reshape(-1)
+            if self.image_obs:
+                o = np.asarray(o)[:: self.image_stride, :: self.image_stride]
+            self._obs[i, n][self._obs_slices[n]] = np.asarray(o).reshape(self._agent_shapes[n])
             info = infos.get(agent)
             if self.has_action_mask and not self._dict_obs and info and "action_mask" in info:
                 self._mask[i, n, : self.action_dims[n]] = np.asarray(info["action_mask"], bool)
         if self.state_from_obs:
             # mpe2 defines state() as this very concatenation, in agent order.
-            self._state[i] = np.concatenate([self._obs[i, n, :d] for n, d in enumerate(self.obs_dims)])
+            self._state[i] = np.concatenate([self._obs[i, n][sl].reshape(-1) for n, sl in enumerate(self._obs_slices)])
         else:
-            self._state[i] = np.asarray(env.state(), np.float32).reshape(-1)
+            self._state[i] = self._state_view(env.state()).reshape(-1)
 
     # ---------------------------------------------------------------- public API
     def reset(self):

@@ -4,19 +4,22 @@ All take inputs shaped (L, B, N, in_dim): a time axis (L = 1 while acting, a seq
 while training a recurrent model), batch axes, then the agent axis.
 """
 import math
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Union
 
 import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from nets.encoders import encoder_for
 from nets.layers import MLP, make_linear
 from nets.recurrent import RecurrentCore, State
 
 
 class AgentNet(nn.Module):
-    """Per-agent network: [agent-id one-hot] -> MLP -> [GRU/LSTM] -> linear head.
+    """Per-agent network: encoder -> [extra inputs, agent-id one-hot] -> MLP -> [GRU/LSTM] -> linear head.
 
+    The encoder comes from the input's shape (`nets.encoder_for`): an int or (D,) is a flat vector
+    and passes through; (H, W, C) is an image and goes through a small CNN.
     share_params=True: one set of weights for all agents; an agent-id one-hot is appended to
     the input so that identical observations can still lead to agent-specific outputs (the
     parameter-sharing pitfall: without it, agents in symmetric positions cannot specialise).
@@ -26,12 +29,13 @@ class AgentNet(nn.Module):
     all of them still run in one batched matmul. The one-hot is appended whenever a set
     serves more than one agent.
 
-    forward(x (L, B, N, in_dim), state, starts (L, B, N)) -> (out (L, B, N, out_dim), state)
+    forward(x (L, B, N, *in_shape), state, starts (L, B, N), extra (L, B, N, extra_dim) or None)
+        -> (out (L, B, N, out_dim), state)
     """
 
-    def __init__(self, in_dim: int, out_dim: int, n_agents: int, share_params: bool = True,
+    def __init__(self, in_dim: Union[int, Sequence[int]], out_dim: int, n_agents: int, share_params: bool = True,
                  hidden_sizes: Sequence[int] = (64, 64), recurrent: str = "none", out_gain: float = 1.0,
-                 activation: str = "tanh", param_groups: Optional[Sequence[int]] = None):
+                 activation: str = "tanh", param_groups: Optional[Sequence[int]] = None, extra_dim: int = 0):
         super().__init__()
         if param_groups is None:
             param_groups = [0] * n_agents if share_params else list(range(n_agents))
@@ -48,7 +52,11 @@ class AgentNet(nn.Module):
         self.agent_id_input = self.n_sets < n_agents or shared  # a set serves several agents: tell them apart
         sep = None if shared else self.n_sets
         index = None if shared or param_groups == list(range(n_agents)) else param_groups
-        body_in = in_dim + (n_agents if self.agent_id_input else 0)
+        self.encoder = encoder_for(in_dim, sep)
+        if index is not None and any(True for _ in self.encoder.parameters()):
+            raise ValueError("parameter groups (--share-params group) take flat observations only for now; "
+                             f"got the image shape {tuple(in_dim)}: use --share-params all or none")
+        body_in = self.encoder.out_dim + extra_dim + (n_agents if self.agent_id_input else 0)
         self.body = MLP(body_in, hidden_sizes, None, sep, activation, set_of_agent=index)
         last = self.body.out_dim
         self.core = RecurrentCore(last, last, recurrent, sep, index) if recurrent != "none" else None
@@ -65,7 +73,11 @@ class AgentNet(nn.Module):
         rows = None if self.share_params else self.set_of_agent.cpu()
         return {name: rows for name, _ in self.named_parameters()}
 
-    def forward(self, x: torch.Tensor, state: Optional[State] = None, starts: Optional[torch.Tensor] = None):
+    def forward(self, x: torch.Tensor, state: Optional[State] = None, starts: Optional[torch.Tensor] = None,
+                extra: Optional[torch.Tensor] = None):
+        x = self.encoder(x)  # (L, B, N, features)
+        if extra is not None:
+            x = torch.cat([x, extra], dim=-1)
         if self.agent_id_input:
             ids = self.agent_ids.expand(*x.shape[:-2], -1, -1)  # (L, B, N, N)
             x = torch.cat([x, ids], dim=-1)
@@ -127,9 +139,10 @@ class Actor(nn.Module):
     from the network and whose log-std is a learned per-agent parameter (state-independent).
     `net` replaces the default `AgentNet` with another body of the same interface (a
     `nets.gnn.GraphNet` with out_dim = action_size); the other network arguments are then unused.
+    obs_dim: an int for flat observations, or the env's `obs_shape`; (H, W, C) images get a CNN.
     """
 
-    def __init__(self, obs_dim: int, n_agents: int, discrete: bool, action_size: int,
+    def __init__(self, obs_dim: Union[int, Sequence[int]], n_agents: int, discrete: bool, action_size: int,
                  action_dim_mask: torch.Tensor, share_params: bool = True, hidden_sizes=(64, 64),
                  recurrent: str = "none", activation: str = "tanh", init_log_std: float = -0.5,
                  param_groups: Optional[Sequence[int]] = None, net: Optional[nn.Module] = None):
@@ -164,13 +177,15 @@ class Critic(nn.Module):
     """State-value network: input (L, B, N, in_dim) -> value (L, B, N), one value per agent.
 
     A centralised critic is this module fed the global state (or all observations) for every
-    agent; a decentralised one is fed each agent's own observation. `net` replaces the default
-    `AgentNet` with another body of the same interface and out_dim 1 (a `nets.gnn.GraphNet`).
+    agent; a decentralised one is fed each agent's own observation. in_dim: an int, or an image
+    shape (H, W, C) for a CNN (the input may then come flattened, like an adapter's state). `net`
+    replaces the default `AgentNet` with another body of the same interface and out_dim 1 (a
+    `nets.gnn.GraphNet`).
     """
 
-    def __init__(self, in_dim: int, n_agents: int, share_params: bool = True, hidden_sizes=(64, 64),
-                 recurrent: str = "none", activation: str = "tanh", param_groups: Optional[Sequence[int]] = None,
-                 net: Optional[nn.Module] = None):
+    def __init__(self, in_dim: Union[int, Sequence[int]], n_agents: int, share_params: bool = True,
+                 hidden_sizes=(64, 64), recurrent: str = "none", activation: str = "tanh",
+                 param_groups: Optional[Sequence[int]] = None, net: Optional[nn.Module] = None):
         super().__init__()
         self.net = net if net is not None else AgentNet(in_dim, 1, n_agents, share_params, hidden_sizes, recurrent,
                                                         out_gain=1.0, activation=activation, param_groups=param_groups)
@@ -302,7 +317,8 @@ class GreedyQ:
 class QPolicy(nn.Module):
     """Per-agent utilities Q_i(tau_i, .) for value-based methods (IQL, VDN, QMIX, QPLEX).
 
-    Wraps an `AgentNet` whose input is the observation, optionally followed by the one-hot of
+    Wraps an `AgentNet` whose input is the observation (flat, or an (H, W, C) image read by a
+    CNN: obs_dim is then the env's `obs_shape`), optionally followed by the one-hot of
     the agent's previous action (zeros at an episode start): with a recurrent core the agent
     then conditions on its own action-observation history, as in DRQN-style MARL agents.
 
@@ -313,17 +329,15 @@ class QPolicy(nn.Module):
         and is written there by `remember(state, action)` once the action is chosen.
     """
 
-    def __init__(self, obs_dim: int, n_actions: int, n_agents: int, share_params: bool = True,
+    def __init__(self, obs_dim: Union[int, Sequence[int]], n_actions: int, n_agents: int, share_params: bool = True,
                  hidden_dim: int = 64, recurrent: str = "gru", last_action_input: bool = False):
         super().__init__()
         self.n_actions, self.n_agents, self.last_action_input = n_actions, n_agents, last_action_input
-        in_dim = obs_dim + (n_actions if last_action_input else 0)
-        self.net = AgentNet(in_dim, n_actions, n_agents, share_params, (hidden_dim,), recurrent,
-                            out_gain=1.0, activation="relu")
+        self.net = AgentNet(obs_dim, n_actions, n_agents, share_params, (hidden_dim,), recurrent,
+                            out_gain=1.0, activation="relu", extra_dim=n_actions if last_action_input else 0)
 
     def q_values(self, obs, last_onehot, state, starts):
-        x = torch.cat([obs, last_onehot], dim=-1) if self.last_action_input else obs
-        return self.net(x, state, starts)
+        return self.net(obs, state, starts, last_onehot if self.last_action_input else None)
 
     def initial_state(self, batch: int, device=None):
         core = self.net.initial_state(batch, device) or ()
