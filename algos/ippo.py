@@ -46,6 +46,9 @@ class Args:
     """greedy evaluation every this many env steps (0 disables it; a final one always runs)"""
     eval_episodes: int = 100
     """episodes per greedy evaluation"""
+    eval_policy: Literal["greedy", "sampled"] = "greedy"
+    """how evaluation acts: "greedy" (the policy's mode) or "sampled" (draws from the policy, as EPyMARL evaluates
+    its policy-gradient methods; on LBF a greedy policy can lock into a loop that sampling escapes)"""
     eval_num_envs: int = 10
     """env copies used only for evaluation (seeded seed + 10_000 + i)"""
     checkpoint_every: int = 500_000

@@ -1,6 +1,6 @@
 """Learning bar on Level-Based Foraging: MAPPO on `lbf:Foraging-8x8-2p-3f-v3` (8x8 grid, 2 agents,
 3 food items, 50-step episodes) reaches a mean normalised return >= 0.8 within 5M env steps,
-3 seeds (greedy evaluation: the best point of the 3-seed mean curve within the budget).
+3 seeds (the best point of the 3-seed mean evaluation curve within the budget).
 
 The normalised return is LBF's own: collecting food of level f pays f / (total level spawned),
 shared between the agents that load it, so the team's return summed over agents is the fraction
@@ -9,17 +9,19 @@ of the food collected (1.0: all of it). With LBF's default arguments (`normalize
 (`eval/episodic_return`, `summary.json`'s `eval_return_mean`); this script refuses runs made
 with other reward settings. A random policy (uniform over the valid actions) scores 0.20 here (`--random`).
 
-The bar is read on the greedy evaluation, as every bar here; the table also shows the sampled
-policy's return (the training episodes' `charts/episodic_return`, averaged per 50k env steps),
-because on LBF the two part ways: a feed-forward greedy policy can lock itself into a loop (an
-agent stepping into its partner's cell while the partner waits to load: the same state, the
-same actions, every step to the time limit), which sampling escapes.
+The preset evaluates by sampling from the policy (`eval_policy: sampled`), as EPyMARL evaluates
+MAPPO (its `soft_policies` action selector samples in test mode too), and each row says which
+evaluation its curve is. After training, the script also plays every run's final checkpoint
+greedily (100 episodes, `--evaluate-checkpoint ... --eval-policy greedy`) and shows that beside
+it, because on LBF the two part ways: a feed-forward greedy policy can lock itself into a loop (an
+agent stepping into its partner's cell while the partner waits to load: the same state, the same
+actions, every step to the time limit), which sampling escapes (BENCHMARKS.md).
 
 Trains with the preset `configs/mappo/lbf_Foraging-8x8-2p-3f-v3.yaml` through `run.py` (runs
 go to <run-dir>/<env>/<algo>/, a second launch resumes or skips them), or reads runs already
 made (`--from-runs`, any depth, finished or not) with `common/results.py`:
 
-    python benchmarks/learning_lbf.py --seeds 3 --workers 3    # the full bar: ~1.5-2.5 h a seed on one core
+    python benchmarks/learning_lbf.py --seeds 3 --workers 2 --total-timesteps 500000   # ~10 min a seed on one core
     python benchmarks/learning_lbf.py --from-runs runs/bench_lbf --json lbf.json --plot lbf.png
     python benchmarks/learning_lbf.py --random                                   # the random policy's score
 """
@@ -63,15 +65,15 @@ def report(records, budget: int, out_path=None) -> list:
     rows = []
     by_algo = {}
     for r in records:
-        by_algo.setdefault(r["label"], []).append(r)
-    print(f"\n{'algo':<8} {'seeds':>5} {'steps (min)':>12} {'best mean eval':>15} {'final mean eval':>16} "
-          f"{'bar':>5} {'met':>4}   (normalised return, greedy, within {budget:,d} env steps)")
+        by_algo.setdefault(f"{r['label']},{r['args'].get('eval_policy', 'greedy')}", []).append(r)
+    print(f"\n{'algo,eval':<15} {'seeds':>5} {'steps (min)':>12} {'best mean eval':>15} {'final mean eval':>16} "
+          f"{'bar':>5} {'met':>4}   (normalised return within {budget:,d} env steps)")
     for algo, runs in sorted(by_algo.items()):
         steps, values = curves_on_grid([[(s, v) for s, v in r["curve"] if s <= budget * 1.001] for r in runs])
         mean, low, high, count = mean_and_band(values)
         full = count == len(runs)  # points every seed has reached
         if not full.any():
-            print(f"{algo:<8} {len(runs):>5}   (no evaluation point shared by every seed yet)")
+            print(f"{algo:<15} {len(runs):>5}   (no evaluation point shared by every seed yet)")
             continue
         best_i = int(np.nanargmax(np.where(full, mean, np.nan)))
         final_i = int(np.flatnonzero(full)[-1])
@@ -86,14 +88,17 @@ def report(records, budget: int, out_path=None) -> list:
                          final_mean_eval=float(mean[final_i]), bar=bar, met=met,
                          best_per_seed=[float(np.nanmax(v[full])) for v in values],
                          final_mean_train_return=float(train_mean[~np.isnan(train_mean)][-1])
-                         if np.isfinite(train_mean).any() else None))
+                         if np.isfinite(train_mean).any() else None,
+                         final_greedy_per_seed=[r.get("final_greedy") for r in runs]))
         verdict = "-" if bar is None else ("yes" if met else "open" if met is None else "NO")
         sampled = rows[-1]["final_mean_train_return"]
-        print(f"{algo:<8} {len(runs):>5} {reached:>12,d} {mean[best_i]:>15.3f} {mean[final_i]:>16.3f} "
+        greedy = [g for g in rows[-1]["final_greedy_per_seed"] if g is not None]
+        print(f"{algo:<15} {len(runs):>5} {reached:>12,d} {mean[best_i]:>15.3f} {mean[final_i]:>16.3f} "
               f"{bar if bar is not None else '-':>5} {verdict:>4}   best at {int(steps[best_i]):,d}; per seed best: "
               + ", ".join(f"{x:.2f}" for x in rows[-1]["best_per_seed"])
               + (f"; sampled policy (training episodes, last {WINDOW:,d} steps): {sampled:.3f}"
-                 if sampled is not None else ""))
+                 if sampled is not None else "")
+              + (f"; final checkpoint played greedily: " + ", ".join(f"{g:.2f}" for g in greedy) if greedy else ""))
     if out_path:
         with open(out_path, "w") as f:
             json.dump({"env": ENV, "budget": budget, "rows": rows,
@@ -113,16 +118,17 @@ def plot(records, path: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     by_algo = {}
     for r in records:
-        by_algo.setdefault(r["label"], []).append(r)
+        by_algo.setdefault(f"{r['label']}, {r['args'].get('eval_policy', 'greedy')} evaluation", []).append(r)
     for algo, runs in sorted(by_algo.items()):
         steps, values = curves_on_grid([r["curve"] for r in runs])
         mean, low, high, _ = mean_and_band(values)
         line, = ax.plot(steps / 1e6, mean, lw=2, label=f"{algo} ({len(runs)} seeds)")
         ax.fill_between(steps / 1e6, low, high, color=line.get_color(), alpha=0.2)
-        if algo in BARS:
-            ax.axhline(BARS[algo], color=line.get_color(), ls="--", lw=1, label=f"{algo} bar {BARS[algo]:g} by 5M")
+        bar = BARS.get(algo.split(",")[0])
+        if bar is not None:
+            ax.axhline(bar, color=line.get_color(), ls="--", lw=1, label=f"bar {bar:g} by 5M")
     ax.set_xlabel("env steps (millions)")
-    ax.set_ylabel("greedy evaluation, normalised return")
+    ax.set_ylabel("evaluation, normalised return")
     ax.set_title(ENV)
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8, loc="lower right")
@@ -131,6 +137,17 @@ def plot(records, path: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
+
+
+def final_greedy(run_path: str, episodes: int = 100) -> float:
+    """The run's final checkpoint played greedily: mean normalised return over `episodes` episodes."""
+    import importlib
+
+    from common.cli import make_args
+
+    algo = importlib.import_module(f"algos.{read_run(run_path)['algo']}")
+    args = make_args(algo.Args, evaluate_checkpoint=run_path, eval_policy="greedy", eval_episodes=episodes, cuda=False)
+    return algo.main(args)["eval_return_mean"]
 
 
 def random_score(episodes: int = 200, seed: int = 0) -> float:
@@ -169,6 +186,8 @@ def main() -> None:
                        "--total-timesteps", str(opts.total_timesteps)])
     records = latest_per_seed([read_run(p) for p in find_runs(root)])
     records = [dict(r, train_curve=training_curve(r["path"])) for r in records if r["env"] == ENV and r["curve"]]
+    records = [dict(r, final_greedy=final_greedy(r["path"]) if r["args"].get("eval_policy") == "sampled"
+                    and os.path.isfile(os.path.join(r["path"], "checkpoint.pt")) else None) for r in records]
     kept = [r for r in records if normalised_reward_run(r)]
     if len(kept) < len(records):
         print(f"left out {len(records) - len(kept)} run(s) made with {' or '.join(REWARD_ARGS)} changed: "

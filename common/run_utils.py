@@ -180,6 +180,12 @@ def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = T
     return np.asarray(returns)
 
 
+def greedy_eval(args) -> bool:
+    """Whether evaluation takes the policy's mode (the default) or samples from it (`--eval-policy
+    sampled`, in the files that have the flag)."""
+    return getattr(args, "eval_policy", "greedy") == "greedy"
+
+
 def save_gif(frames, path: str, fps: int = 10) -> None:
     """Write RGB frames (H, W, 3) as an animated GIF (Pillow ships with matplotlib)."""
     from PIL import Image
@@ -250,7 +256,8 @@ class RunRecorder:
         """Run `--eval-episodes` greedy episodes now, log `eval/episodic_return` (and each group's
         return when `groups` holds more than one), return the returns."""
         t_eval = time.time()
-        agent_returns = evaluate(eval_envs, policy, self.args.eval_episodes, self.device, per_agent=True)
+        agent_returns = evaluate(eval_envs, policy, self.args.eval_episodes, self.device, greedy=greedy_eval(self.args),
+                                 per_agent=True)
         self.eval_returns = agent_returns.sum(-1).astype(np.float64)  # (episodes,)
         self.eval_time += time.time() - t_eval
         self.eval_history.append((global_step, float(self.eval_returns.mean())))
@@ -334,7 +341,8 @@ class RunRecorder:
         summary = {"algo": self.algo, "env": self.args.env, "seed": self.args.seed, "global_step": global_step,
                    "wall_time_s": time.time() - self.start_time, "sps": self.sps(global_step),
                    "eval_return_mean": float(returns.mean()), "eval_return_std": float(returns.std()),
-                   "eval_episodes": int(len(returns)), "eval_history": self.eval_history, "run_dir": self.run_path,
+                   "eval_episodes": int(len(returns)), "eval_policy": getattr(self.args, "eval_policy", "greedy"),
+                   "eval_history": self.eval_history, "run_dir": self.run_path,
                    "final_losses": final_losses}
         if self.eval_group_returns:  # files with groups of agents (MAPPO, IPPO)
             summary["eval_group_returns"] = self.eval_group_returns
@@ -372,11 +380,12 @@ def report_greedy_evaluation(args, saved, env, policy, device: torch.device) -> 
     GIF, with `--render-gif`), print the returns' mean, std, min and max, close `env`,
     and return {"eval_return_mean", "eval_episodes"}."""
     frames = [] if args.render_gif else None
-    returns = evaluate(env, policy, 1 if args.render_gif else args.eval_episodes, device, frames=frames)
+    greedy = greedy_eval(args)
+    returns = evaluate(env, policy, 1 if args.render_gif else args.eval_episodes, device, greedy=greedy, frames=frames)
     if args.render_gif:
         save_gif(frames, args.render_gif)
         print(f"saved {len(frames)} frames to {args.render_gif}")
-    print(f"{saved.env}: greedy return over {len(returns)} episodes: mean {returns.mean():.2f}, "
+    print(f"{saved.env}: {'greedy' if greedy else 'sampled'} return over {len(returns)} episodes: mean {returns.mean():.2f}, "
           f"std {returns.std():.2f}, min {returns.min():.2f}, max {returns.max():.2f}")
     env.close()
     return {"eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns))}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from algos import ippo, mappo
-from common.cli import ConfigError, make_args
+from common.cli import ConfigError, make_args, parse_args
 
 ALGOS = {"mappo": mappo, "ippo": ippo}
 SUMMARY_KEYS = {"algo", "env", "seed", "global_step", "wall_time_s", "sps", "eval_return_mean", "eval_episodes"}
@@ -214,3 +214,39 @@ def test_learning_rate_schedules(algo):
     assert mappo.learning_rate_at(long, 7, 4_800) == ippo.learning_rate_at(long, 7, 4_800)  # the copies agree
     with pytest.raises(ConfigError, match="lr-decay-steps"):
         algo.main(make_args(algo.Args, lr_decay_steps=-1))
+
+
+def test_eval_policy_sampled_draws_from_the_policy_and_greedy_takes_its_mode(tiny):
+    """A policy with uniform logits: greedy evaluation always takes action 0 (mpe2's no-op), so every
+    agent stays where it started; sampled evaluation moves the agents, so the returns differ."""
+    import envs
+    from common.run_utils import evaluate
+
+    class Dist:  # the interface of nets' distributions: mode() and sample()
+        def __init__(self, shape):
+            self.logits = torch.zeros(*shape, 5)
+
+        def mode(self):
+            return self.logits.argmax(-1)
+
+        def sample(self):
+            return torch.distributions.Categorical(logits=self.logits).sample()
+
+    class Uniform:
+        def initial_state(self, E, device):
+            return None
+
+        def __call__(self, obs, state, starts, mask):
+            return Dist(obs.shape[:3]), state
+
+    def returns(greedy):
+        torch.manual_seed(0)
+        env = envs.make_env("torch:simple_spread", 4, seed=7)
+        return evaluate(env, Uniform(), 8, torch.device("cpu"), greedy=greedy)
+
+    assert (returns(True) == returns(True)).all()
+    assert not (returns(True) == returns(False)).all()
+    summary = mappo.main(tiny(mappo, eval_policy="sampled"))
+    assert summary["eval_policy"] == "sampled"
+    with pytest.raises(SystemExit):  # the command line accepts only greedy and sampled
+        parse_args(mappo.Args, ["--eval-policy", "best"])
