@@ -5,9 +5,11 @@ discrete) on every family, on reduced scenario sizes. Every other algorithm runs
 in tests/test_support_table.py.
 
 A family's tests skip, saying what to install, only when its package is absent."""
+import dataclasses
 import importlib
 import importlib.util
 import math
+import re
 import warnings
 
 import numpy as np
@@ -313,12 +315,24 @@ def test_qmix_smoke(name, tmp_path):
     assert math.isfinite(summary["final_losses"]["td_loss"])
 
 
-@NEEDS["sisl"]
-def test_mappo_concat_obs_rejects_images(tmp_path):
-    args = make_args(mappo.Args, env="sisl:pursuit", env_kwargs=kwargs_pairs("sisl:pursuit"),
-                     critic_input="concat_obs", run_dir=str(tmp_path), **TINY)
-    with pytest.raises(ConfigError, match=r"concat_obs needs flat observations; sisl:pursuit has images \(7, 7, 3\)"):
-        mappo.main(args)
+CONCAT_OBS = [pytest.param(a, "sisl:pursuit", "(7, 7, 3)", marks=NEEDS["sisl"])
+              for a in ("mappo", "maa2c", "matrpo", "maddpg")] \
+    + [pytest.param(a, "butterfly:pistonball", "(58, 15, 3)", marks=NEEDS["butterfly"]) for a in ("matd3", "masac")]
+
+
+@pytest.mark.parametrize("algo,name,shape", CONCAT_OBS)
+def test_concat_obs_rejects_images(algo, name, shape, tmp_path):
+    """Every file with --critic-input refuses all observations concatenated when they are images,
+    naming the alternative, before the run folder is written."""
+    module = importlib.import_module(f"algos.{algo}")
+    fields = {f.name for f in dataclasses.fields(module.Args)}
+    settings = {k: v for k, v in dict(TINY, hidden_dim=16, batch_size=2, learning_starts=0).items() if k in fields}
+    args = make_args(module.Args, env=name, env_kwargs=kwargs_pairs(name), critic_input="concat_obs",
+                     run_dir=str(tmp_path / "runs"), **settings)
+    with pytest.raises(ConfigError, match=rf"concat_obs needs flat observations; {name} has images "
+                                          rf"{re.escape(shape)}: use --critic-input state"):
+        module.main(args)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 class LeavingAgent:
