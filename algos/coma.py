@@ -148,21 +148,25 @@ def validate(args: Args, env=None) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Decentralised actor on local obs; centralised Q critic on (state, own obs, others' actions)."""
-    actor = Actor(env.obs_dim, env.n_agents, True, env.n_actions, torch.as_tensor(env.action_dim_mask),
+    """Decentralised actor on local obs; centralised Q critic on (state, own obs, others' actions). Image
+    observations (obs_shape (H, W, C)) and an image state each get a small CNN (nets.encoder_for) before
+    the actions join them."""
+    actor = Actor(env.obs_shape, env.n_agents, True, env.n_actions, torch.as_tensor(env.action_dim_mask),
                   args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
     # One output per own action: Q_i(s, (a_-i, a)) for every a in a single forward pass. The small
     # output gain starts Q nearly equal for all own actions, so no action is favoured before data says so.
-    critic_in = env.state_dim + env.obs_dim + env.n_agents * env.n_actions  # see critic_inputs
+    state_in = env.state_shape if len(env.state_shape) == 3 else (env.state_dim,)  # an image state, or flat
+    critic_in = (state_in, env.obs_shape, (env.n_agents * env.n_actions,))  # three inputs: see critic_inputs
     critic = AgentNet(critic_in, env.n_actions, env.n_agents, args.share_params, args.critic_hidden_sizes, "none",
                       out_gain=0.01, activation=args.activation).to(device)
     return actor, critic
 
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
-def critic_inputs(state: torch.Tensor, obs: torch.Tensor, actions_onehot: torch.Tensor) -> torch.Tensor:
-    """COMA critic input for every agent: state (..., S), obs (..., N, obs_dim), actions (..., N, A) one-hot
-    -> (..., N, S + obs_dim + N * A).
+def critic_inputs(state: torch.Tensor, obs: torch.Tensor, actions_onehot: torch.Tensor):
+    """COMA critic input for every agent: state (..., S), obs (..., N, *obs_shape), actions (..., N, A)
+    one-hot -> the three inputs (state (..., N, S), obs (..., N, *obs_shape), joint (..., N, N * A)),
+    which the critic encodes apart (an image through its CNN) and concatenates.
 
     Agent i's row holds the global state, agent i's own observation (as in the paper's critic) and
     the joint action with agent i's own block zeroed: the critic must not see the action it is
@@ -172,7 +176,7 @@ def critic_inputs(state: torch.Tensor, obs: torch.Tensor, actions_onehot: torch.
     *lead, N, A = actions_onehot.shape
     joint = actions_onehot.reshape(*lead, 1, N * A).expand(*lead, N, N * A)  # (..., N, N * A)
     others = 1.0 - torch.eye(N, device=state.device).repeat_interleave(A, dim=1)  # (N, N * A), 0 on own block
-    return torch.cat([state[..., None, :].expand(*lead, N, state.shape[-1]), obs, joint * others], dim=-1)
+    return state[..., None, :].expand(*lead, N, state.shape[-1]), obs, joint * others
 
 
 def counterfactual_advantage(q: torch.Tensor, probs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -357,7 +361,7 @@ def main(args: Args) -> dict:
             next_actions = torch.cat([actions[1:], last_action[None].long()], dim=0)  # (T, E, N)
             next_actions = torch.where(b["episode_ends"].bool(), b["final_actions"].long(), next_actions)
             next_in = critic_inputs(b["next_global_states"][..., 0, :], b["next_states"],
-                                    F.one_hot(next_actions, A).float())  # (T, E, N, D) at s_{t+1}, a_{t+1}
+                                    F.one_hot(next_actions, A).float())  # three (T, E, N, ...) at s_{t+1}, a_{t+1}
             next_q = target_critic(next_in)[0].gather(-1, next_actions[..., None]).squeeze(-1)  # (T, E, N)
             next_q = value_norm.denormalize(next_q) if args.value_norm else next_q
             # One team reward for every agent's Q_i (COMA's critic is trained on the team reward).
@@ -366,15 +370,16 @@ def main(args: Args) -> dict:
             targets = td_lambda_targets(team_reward, next_q, terminated[..., None].expand(T, E, N),
                                         b["episode_ends"], args.gamma, args.td_lambda)  # (T, E, N)
             inputs = critic_inputs(b["global_states"][..., 0, :], b["states"],
-                                   F.one_hot(actions, A).float())  # (T, E, N, D) at s_t, a_t
+                                   F.one_hot(actions, A).float())  # three (T, E, N, ...) inputs at s_t, a_t
             q_old = critic(inputs)[0].gather(-1, actions[..., None]).squeeze(-1)  # (T, E, N), before the update
             q_old = value_norm.denormalize(q_old) if args.value_norm else q_old
             if args.value_norm:
                 value_norm.update(targets[alive.bool()])
             norm_targets = value_norm.normalize(targets) if args.value_norm else targets
         # The critic is feed-forward: every env step is a sample, laid out as (1, T * E, N, ...).
-        data = {"inputs": inputs.reshape(1, T * E, N, -1), "actions": actions.reshape(1, T * E, N),
-                "targets": norm_targets.reshape(1, T * E, N), "alive": alive.reshape(1, T * E, N)}
+        data = {"actions": actions.reshape(1, T * E, N), "targets": norm_targets.reshape(1, T * E, N),
+                "alive": alive.reshape(1, T * E, N)}
+        samples = tuple(x.reshape(1, T * E, *x.shape[2:]) for x in inputs)  # the critic's inputs, (1, T * E, N, ...)
 
 # ============================================================================ 7. UPDATE
         # Critic first: --critic-epochs passes of TD(lambda) regression on Q_i(s, a) of the taken actions.
@@ -382,7 +387,8 @@ def main(args: Args) -> dict:
             order = torch.randperm(T * E, generator=shuffle_gen).to(device)
             for mb in order.chunk(args.critic_minibatches):
                 d = {k: v[:, mb] for k, v in data.items()}  # (1, B, N, ...)
-                q_taken = critic(d["inputs"])[0].gather(-1, d["actions"][..., None]).squeeze(-1)  # (1, B, N)
+                q = critic(tuple(x[:, mb] for x in samples))[0]  # (1, B, N, A)
+                q_taken = q.gather(-1, d["actions"][..., None]).squeeze(-1)  # (1, B, N)
                 td_loss = masked_mean((q_taken - d["targets"]) ** 2, d["alive"])
                 critic_optimizer.zero_grad()
                 td_loss.backward()

@@ -143,11 +143,13 @@ def validate(args: Args, env=None) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Deterministic actors mu_i(o_i); agent utilities Q_i(o_i, a_i); a non-monotonic mixer on the state."""
+    """Deterministic actors mu_i(o_i); agent utilities Q_i(o_i, a_i); a non-monotonic mixer on the state
+    (flat, whatever its shape). Image observations (obs_shape (H, W, C)) get a small CNN
+    (nets.encoder_for); the utility's two inputs, o_i and a_i, are concatenated after it."""
     A = env.n_actions if env.discrete else env.action_dim  # one-hot width or continuous action size
-    actor = DeterministicActor(env.obs_dim, env.n_agents, env.discrete, A, torch.as_tensor(env.action_dim_mask),
+    actor = DeterministicActor(env.obs_shape, env.n_agents, env.discrete, A, torch.as_tensor(env.action_dim_mask),
                                args.share_params, args.hidden_sizes, args.activation).to(device)
-    critic = Critic(env.obs_dim + A, env.n_agents, args.share_params, args.hidden_sizes, "none",
+    critic = Critic((env.obs_shape, (A,)), env.n_agents, args.share_params, args.hidden_sizes, "none",
                     args.activation).to(device)
     mixer = NonMonotonicMixer(env.n_agents, env.state_dim, args.mixer_embed_dim, args.hypernet_hidden).to(device)
     return actor, critic, mixer
@@ -198,10 +200,14 @@ def explore(actor, obs, mask, args: Args, random: bool) -> torch.Tensor:
     return (out + args.exploration_noise * torch.randn_like(out)).clamp(-1.0, 1.0) * actor.action_dim_mask
 
 
-def mixed_q(critic, mixer, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-    """Q_tot(s, Q_1(o_1, a_1), ..., Q_N(o_N, a_N)): obs (B, N, obs_dim), actions (B, N, A), state (B, S) -> (B,)."""
-    qs, _ = critic(torch.cat([obs, actions], dim=-1))  # (B, N) agent utilities
-    return mixer(qs, state)
+def mixed_q(critic, mixer, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor,
+            alive: torch.Tensor) -> torch.Tensor:
+    """Q_tot(s, Q_1(o_1, a_1), ..., Q_N(o_N, a_N)): obs (B, N, *obs_shape), actions (B, N, A), state (B, S),
+    alive (B, N) -> (B,). An agent that is not alive (it left early: MAgent2 deaths) enters the mix with
+    Q_i = 0, as in algos/qmix.py: its observation is zeros and its action was never played (nor does
+    the policy gradient reach its actor through the mix)."""
+    qs, _ = critic((obs, actions))  # (B, N) agent utilities
+    return mixer(qs * alive, state)
 
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
@@ -318,25 +324,31 @@ def main(args: Args) -> dict:
             b = buffer.sample_episodes(args.batch_size, sample_gen, device)  # (B_seq, T, N, ...)
             # time-major transitions (B, N, ...), B = T * B_seq: row t * B_seq + j is step t of sequence j
             b = {k: v.transpose(0, 1).flatten(0, 1) for k, v in b.items() if k != "filled"}
-            obs_b, next_obs_b, actions = b["states"], b["next_states"], b["actions"]
+            obs_b, next_obs_b, actions, alive = b["states"], b["next_states"], b["actions"], b["alive"]
             state_b, next_state_b = b["global_states"][:, 0], b["next_global_states"][:, 0]  # (B, S)
             team_reward = b["rewards"].sum(-1)  # (B,), R_pz3 units for mpe2
-            terminated = b["dones"].amax(-1)  # (B,) the episode ended by the task, not the clock
+            # The team's episode is over where no agent goes on: each terminated, truncated or gone already
+            # (an agent that dies mid-episode, as in MAgent2, ends its own part only); cut by the clock where
+            # an agent was truncated, ended by the task (terminated: no bootstrap) otherwise.
+            over = torch.maximum(torch.maximum(b["dones"], b["truncated"]), 1.0 - alive).amin(-1)  # (B,)
+            terminated = over * (1.0 - b["truncated"].amax(-1))  # (B,)
             B = obs_b.shape[0]
             with torch.no_grad():
                 # Q'_tot(s', Q'_i(o'_i, mu'_i(o'_i))) at every step's true next state (the final one where an
                 # episode ended), then TD(lambda) targets along each stored sequence.
                 next_out = target_actor.output(next_obs_b, b.get("next_action_masks"))  # (B, N, A)
                 next_actions = gumbel_softmax_st(next_out, 1.0) if actor.discrete else next_out
-                next_q = mixed_q(target_critic, target_mixer, next_obs_b, next_actions, next_state_b)  # (B,)
+                next_alive = alive * (1.0 - b["dones"])  # (B, N) present in s': acted and did not terminate
+                next_q = mixed_q(target_critic, target_mixer, next_obs_b, next_actions, next_state_b,
+                                 next_alive)  # (B,)
                 seq = (T, B // T)  # back to (T, B_seq) for the backward recursion
-                ended = torch.maximum(terminated, b["truncated"].amax(-1)).view(seq).clone()
+                ended = over.view(seq).clone()
                 ended[-1] = 1.0  # the stored sequence stops: its last step bootstraps from Q'_tot alone there
                 targets = td_lambda_targets(team_reward.view(seq), next_q.view(seq), terminated.view(seq), ended,
                                             args.gamma, args.td_lambda).flatten(0, 1)  # (B,)
 
 # ============================================================================ 7. UPDATE
-            q_tot = mixed_q(critic, mixer, obs_b, actions, state_b)  # (B,) of the stored joint action
+            q_tot = mixed_q(critic, mixer, obs_b, actions, state_b, alive)  # (B,) of the stored joint action
             td_loss = ((q_tot - targets) ** 2).mean()
             critic_optimizer.zero_grad()
             td_loss.backward()
@@ -348,7 +360,7 @@ def main(args: Args) -> dict:
             # joint action instead of each against the others' past actions.
             out = actor.output(obs_b, b.get("action_masks"))  # (B, N, A)
             new_actions = gumbel_softmax_st(out, args.gumbel_temperature) if actor.discrete else out
-            policy_loss = -mixed_q(critic, mixer, obs_b, new_actions, state_b).mean()
+            policy_loss = -mixed_q(critic, mixer, obs_b, new_actions, state_b, alive).mean()
             if actor.discrete:  # regulariser on the logits of the available actions (as MADDPG)
                 real = out > torch.finfo(out.dtype).min
                 policy_loss = policy_loss + args.logit_reg * masked_mean(torch.where(real, out, 0.0) ** 2, real.float())

@@ -133,12 +133,14 @@ def validate(args: Args) -> None:
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
     """Decentralised actor with separate parameters per agent (stacked, run as one batched call);
-    one team critic V(s) on the global state."""
+    one team critic V(s) on the global state. Image observations (obs_shape (H, W, C)) and image
+    states get a small CNN in front (nets.encoder_for; the actor's has separate filters per agent)."""
     action_size = env.n_actions if env.discrete else env.action_dim
-    actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
+    actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
                   False, args.hidden_sizes, args.recurrent, args.activation).to(device)
     # The critic is one "agent", the team (its agent-id one-hot is a constant 1): (L, B, 1, state_dim) -> (L, B, 1)
-    critic = Critic(env.state_dim, 1, True, args.hidden_sizes, args.recurrent, args.activation).to(device)
+    state_in = env.state_shape if len(env.state_shape) == 3 else env.state_dim  # an image state, or flat
+    critic = Critic(state_in, 1, True, args.hidden_sizes, args.recurrent, args.activation).to(device)
     return actor, critic
 
 

@@ -136,11 +136,13 @@ def validate(args: Args, env=None) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Deterministic actors mu_i(o_i) and decentralised critics Q_i(o_i, a_i), both on local information."""
+    """Deterministic actors mu_i(o_i) and decentralised critics Q_i(o_i, a_i), both on local information.
+    Image observations (obs_shape (H, W, C)) get a small CNN (nets.encoder_for); the critic's two
+    inputs, o_i and a_i, are concatenated after it."""
     A = env.n_actions if env.discrete else env.action_dim  # one-hot width or continuous action size
-    actor = DeterministicActor(env.obs_dim, env.n_agents, env.discrete, A, torch.as_tensor(env.action_dim_mask),
+    actor = DeterministicActor(env.obs_shape, env.n_agents, env.discrete, A, torch.as_tensor(env.action_dim_mask),
                                args.share_params, args.hidden_sizes, args.activation).to(device)
-    critic = Critic(env.obs_dim + A, env.n_agents, args.share_params, args.hidden_sizes, "none",
+    critic = Critic((env.obs_shape, (A,)), env.n_agents, args.share_params, args.hidden_sizes, "none",
                     args.activation).to(device)
     return actor, critic
 
@@ -306,7 +308,7 @@ def main(args: Args) -> dict:
                 # episode ended), then TD(lambda) targets along each stored sequence.
                 next_out = target_actor.output(next_obs_b, b.get("next_action_masks"))  # (B, N, A)
                 next_actions = gumbel_softmax_st(next_out, 1.0) if actor.discrete else next_out
-                next_q, _ = target_critic(torch.cat([next_obs_b, next_actions], dim=-1))  # (B, N)
+                next_q, _ = target_critic((next_obs_b, next_actions))  # (B, N)
                 seq = (T, B // T, N)  # back to (T, B_seq, N) for the backward recursion
                 ended = torch.maximum(b["dones"], b["truncated"]).view(seq).clone()
                 ended[-1] = 1.0  # the stored sequence stops: its last step bootstraps from Q' alone there
@@ -314,7 +316,7 @@ def main(args: Args) -> dict:
                                             args.gamma, args.td_lambda).flatten(0, 1)  # (B, N)
 
 # ============================================================================ 7. UPDATE
-            q, _ = critic(torch.cat([obs_b, actions], dim=-1))  # (B, N)
+            q, _ = critic((obs_b, actions))  # (B, N)
             td_loss = masked_mean((q - targets) ** 2, alive)
             critic_optimizer.zero_grad()
             td_loss.backward()
@@ -325,7 +327,7 @@ def main(args: Args) -> dict:
             # agents do not appear, so each agent follows its own critic as in single-agent DDPG.
             out = actor.output(obs_b, b.get("action_masks"))  # (B, N, A)
             own = gumbel_softmax_st(out, args.gumbel_temperature) if actor.discrete else out
-            q_pi, _ = critic(torch.cat([obs_b, own], dim=-1))  # (B, N)
+            q_pi, _ = critic((obs_b, own))  # (B, N)
             policy_loss = -masked_mean(q_pi, alive)
             if actor.discrete:  # Lowe et al.'s regulariser on the logits of the available actions
                 real = out > torch.finfo(out.dtype).min

@@ -132,12 +132,14 @@ def validate(args: Args) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Decentralised policy on local obs; with --baseline, a decentralised baseline V(o^i) (else None)."""
+    """Decentralised policy on local obs (an image, obs_shape (H, W, C), through a small CNN:
+    nets.encoder_for); with --baseline, a decentralised baseline V(o^i) (else None)."""
     action_size = env.n_actions if env.discrete else env.action_dim
-    actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
+    actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
                   args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
-    baseline_dim = env.obs_dim + int(args.time_feature)  # own observation [+ the time feature]
-    critic = Critic(baseline_dim, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
+    # own observation [and the time feature, a second input: see baseline_inputs]
+    baseline_shape = (env.obs_shape, (1,)) if args.time_feature else env.obs_shape
+    critic = Critic(baseline_shape, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
                     args.activation).to(device) if args.baseline else None
     return actor, critic
 
@@ -161,15 +163,19 @@ def returns_to_go(rewards, terminated, truncated, last_values, gamma: float):
     return returns
 
 
-def baseline_inputs(obs: torch.Tensor, elapsed: torch.Tensor, T: int, time_feature: bool) -> torch.Tensor:
-    """The baseline's input, (E, N, obs_dim), (E,) -> (E, N, obs_dim [+ 1]): each agent's own
-    observation, with the time feature the fraction of T steps its episode has run. Any function
-    of the state and of time is a valid baseline (it does not depend on the action), so the policy
-    gradient stays unbiased; only its variance changes (time-aware values: Pardo et al. 2018)."""
-    if not time_feature:
-        return obs
-    E, N, _ = obs.shape
-    return torch.cat([obs, (elapsed / T)[:, None, None].expand(E, N, 1)], dim=-1)  # (E, N, obs_dim + 1)
+def time_fraction(elapsed: torch.Tensor, T: int, N: int) -> torch.Tensor:
+    """(E,) steps since each copy's episode started -> (E, N, 1), that count as a fraction of T."""
+    return (elapsed / T)[:, None, None].expand(elapsed.shape[0], N, 1)
+
+
+def baseline_inputs(obs: torch.Tensor, fraction: torch.Tensor, time_feature: bool):
+    """The baseline's input: each agent's own observation, obs (..., N, *obs_shape), and with the
+    time feature the fraction of T steps its episode has run, fraction (..., N, 1), as a second
+    input (the network concatenates it after encoding the observation: an image goes through its
+    CNN first, nets.MultiEncoder). Any function of the state and of time is a valid baseline (it
+    does not depend on the action), so the policy gradient stays unbiased; only its variance
+    changes (time-aware values: Pardo et al. 2018)."""
+    return (obs, fraction) if time_feature else obs
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -249,9 +255,7 @@ def main(args: Args) -> dict:
         first_actor_state, first_critic_state = actor_state, critic_state
         for step in range(T):
             global_step += E
-            extras = {"episode_starts": starts}
-            if critic is not None:
-                extras["baseline_inputs"] = baseline_inputs(obs, elapsed, T, args.time_feature)
+            extras = {"episode_starts": starts, "time_fraction": time_fraction(elapsed, T, N)}  # (E, N, 1)
             if mask is not None:
                 extras["action_masks"] = mask
             with torch.no_grad():
@@ -260,7 +264,8 @@ def main(args: Args) -> dict:
                 logprob = dist.log_prob(action)  # (1, E, N)
                 value = None  # the baseline V(o_t, tau_t), (1, E, N)
                 if critic is not None:
-                    value, critic_state = critic(extras["baseline_inputs"][None], critic_state, starts[None])
+                    inputs = baseline_inputs(obs[None], extras["time_fraction"][None], args.time_feature)
+                    value, critic_state = critic(inputs, critic_state, starts[None])
             result = envs.step(action[0])  # a torch env keeps it on the device
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
@@ -287,8 +292,8 @@ def main(args: Args) -> dict:
         last_value = torch.zeros(1, E, N, device=device)
         if args.bootstrap_cut:
             with torch.no_grad():  # V(o_T): continues the return of an episode that the rollout cut
-                last_value, _ = critic(baseline_inputs(obs, elapsed, T, args.time_feature)[None], critic_state,
-                                       starts[None])  # (1, E, N)
+                inputs = baseline_inputs(obs[None], time_fraction(elapsed, T, N)[None], args.time_feature)
+                last_value, _ = critic(inputs, critic_state, starts[None])  # (1, E, N)
                 last_value = value_norm.denormalize(last_value) if args.value_norm else last_value
         rollout_s = time.time() - t_rollout
 
@@ -321,7 +326,8 @@ def main(args: Args) -> dict:
         entropy_loss = masked_mean(entropy, alive)
         loss = pg_loss - args.ent_coef * entropy_loss
         if critic is not None:  # the baseline regresses on the returns-to-go
-            new_value, _ = critic(b["baseline_inputs"], first_critic_state, b["episode_starts"])  # (T, E, N)
+            inputs = baseline_inputs(b["states"], b["time_fraction"], args.time_feature)
+            new_value, _ = critic(inputs, first_critic_state, b["episode_starts"])  # (T, E, N)
             v_loss = 0.5 * masked_mean((new_value - targets) ** 2, alive)
             loss = loss + args.vf_coef * v_loss
 

@@ -212,7 +212,7 @@ def build_networks(args: Args, env, device):
     (H, W, C), gets a small CNN in front: nets.encoder_for; with --actor-model / --critic-model gnn,
     a graph over the agents' observations instead)."""
     action_size = env.n_actions if env.discrete else env.action_dim
-    obs_shape = getattr(env, "obs_shape", (env.obs_dim,))  # adapters without images may not set it
+    obs_shape = env.obs_shape  # (obs_dim,), or (H, W, C) for images
     # Parameter set of every agent: None for all/none (shared / per agent), its group's for group.
     sets = parameter_sets(args.share_params, assign_groups(agent_names(env), args.agent_groups)[1])
     shared = args.share_params == "all"

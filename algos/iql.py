@@ -133,8 +133,9 @@ def validate(args: Args, env=None) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Agent utilities Q_i on local histories; nothing else."""
-    return QPolicy(env.obs_dim, env.n_actions, env.n_agents, args.share_params, args.hidden_dim,
+    """Agent utilities Q_i on local histories (image observations, obs_shape (H, W, C), through a small
+    CNN: nets.encoder_for); nothing else."""
+    return QPolicy(env.obs_shape, env.n_actions, env.n_agents, args.share_params, args.hidden_dim,
                    args.recurrent, args.last_action_input).to(device)
 
 
@@ -274,6 +275,7 @@ def main(args: Args) -> dict:
                 states=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
                 next_states=final_obs, dones=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(), valid=valid,
+                alive=torch.as_tensor(result.alive, device=device).float(),  # (E, N) the agent acted
                 **({} if mask is None else {"action_masks": mask,
                                             "next_action_masks": torch.as_tensor(final_mask, device=device)}))
             global_step += int(running.sum())
@@ -288,9 +290,9 @@ def main(args: Args) -> dict:
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             starts = torch.zeros(1, E, N, device=device)
         episode = buffer.end_episode()
-        if args.standardise_rewards:  # running scale of the rewards, from every real step played
-            played = torch.stack(episode["extras"]["valid"].steps).bool()  # (T, E, N)
-            reward_norm.update(torch.stack(episode["rewards"].steps)[played])
+        if args.standardise_rewards:  # running scale of the rewards, from every real step a live agent played
+            played = torch.stack(episode["extras"]["valid"].steps) * torch.stack(episode["extras"]["alive"].steps)
+            reward_norm.update(torch.stack(episode["rewards"].steps)[played.bool()])  # played: (T, E, N)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
@@ -305,6 +307,11 @@ def main(args: Args) -> dict:
             T, B = step_mask.shape
             ended = step_mask * (1.0 - torch.cat([step_mask[1:], torch.zeros_like(step_mask[:1])]))  # last real step
             terminated = b["dones"] * step_mask[..., None]  # (T, B, N): each agent's own termination
+            # Agents that left early (MAgent2 deaths) have no loss after they are gone: their zero
+            # observation says nothing and their action was never played. The step an agent dies in
+            # is its last alive one, terminated there, so no target bootstraps across the death.
+            alive = b["alive"] if "alive" in b else torch.ones_like(b["rewards"])  # (T, B, N); older replays lack it
+            agent_mask = step_mask[..., None] * alive  # (T, B, N) real steps of live agents
             rewards = b["rewards"]  # (T, B, N) every agent learns from its own reward
             if args.standardise_rewards:
                 rewards = rewards / reward_norm.stats()[1].sqrt()
@@ -333,7 +340,7 @@ def main(args: Args) -> dict:
                                             args.gamma, args.td_lambda)
             td_error = q_taken - targets
             per_step = td_error ** 2 if args.loss == "mse" else F.smooth_l1_loss(q_taken, targets, reduction="none")
-            loss = masked_mean(per_step, step_mask[..., None].expand_as(per_step))
+            loss = masked_mean(per_step, agent_mask)
 
 # ============================================================================ 7. UPDATE
             optimizer.zero_grad()
@@ -343,7 +350,6 @@ def main(args: Args) -> dict:
             updates += 1
             if updates % args.target_update_interval == 0:
                 soft_update(target_agents, agents, args.tau)
-            agent_mask = step_mask[..., None].expand_as(targets)
             stats = dict(td_loss=loss.item(), q_taken_mean=masked_mean(q_taken.detach(), agent_mask).item(),
                          target_mean=masked_mean(targets, agent_mask).item(), grad_norm=grad_norm.item())
         update_s = time.time() - t_update

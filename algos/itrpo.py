@@ -147,11 +147,12 @@ def validate(args: Args) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Decentralised actor and decentralised critic, both on each agent's own observation."""
+    """Decentralised actor and decentralised critic, both on each agent's own observation (an image,
+    obs_shape (H, W, C), through a small CNN: nets.encoder_for)."""
     action_size = env.n_actions if env.discrete else env.action_dim
-    actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
+    actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
                   args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
-    critic = Critic(env.obs_dim, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
+    critic = Critic(env.obs_shape, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
                     args.activation).to(device)
     return actor, critic
 

@@ -123,11 +123,16 @@ def validate(args: Args) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Decentralised actor on local obs; centralised critic on the global state."""
+    """Decentralised actor on local obs; centralised critic on the global state. Image observations
+    (obs_shape (H, W, C)) and image states get a small CNN in front (nets.encoder_for)."""
     action_size = env.n_actions if env.discrete else env.action_dim
-    actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
+    actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
                   args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
-    critic_dim = env.state_dim if args.critic_input == "state" else env.n_agents * env.obs_dim
+    if args.critic_input == "concat_obs" and len(env.obs_shape) > 1:
+        raise ConfigError(f"--critic-input concat_obs needs flat observations; {args.env} has images {env.obs_shape}: "
+                          "use --critic-input state")
+    critic_dim = ((env.state_shape if len(env.state_shape) == 3 else env.state_dim) if args.critic_input == "state"
+                  else env.n_agents * env.obs_dim)
     critic = Critic(critic_dim, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
                     args.activation).to(device)
     return actor, critic
@@ -140,7 +145,7 @@ def critic_inputs(obs: torch.Tensor, state: torch.Tensor, kind: str) -> torch.Te
     Every agent's critic sees the same global information; with shared parameters the
     agent-id one-hot (added in the network) tells the critic whose value it predicts.
     """
-    E, N, _ = obs.shape
+    E, N = obs.shape[:2]
     if kind == "state":
         return state[:, None, :].expand(E, N, state.shape[-1])  # (E, N, state_dim)
     return obs.reshape(E, 1, -1).expand(E, N, -1)  # (E, N, N * obs_dim)

@@ -140,12 +140,18 @@ def validate(args: Args, env=None) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Decentralised deterministic actors on local obs; centralised critics Q_i(s, a_1..a_N)."""
+    """Decentralised deterministic actors on local obs; centralised critics Q_i(s, a_1..a_N). Image
+    observations (obs_shape (H, W, C)) and an image state get a small CNN (nets.encoder_for), the
+    state's before the actions join it."""
     A = env.n_actions if env.discrete else env.action_dim  # one-hot width or continuous action size
-    actor = DeterministicActor(env.obs_dim, env.n_agents, env.discrete, A, torch.as_tensor(env.action_dim_mask),
+    actor = DeterministicActor(env.obs_shape, env.n_agents, env.discrete, A, torch.as_tensor(env.action_dim_mask),
                                args.share_params, args.hidden_sizes, args.activation).to(device)
-    info_dim = env.state_dim if args.critic_input == "state" else env.n_agents * env.obs_dim
-    critic = Critic(info_dim + env.n_agents * A, env.n_agents, args.share_params, args.hidden_sizes, "none",
+    if args.critic_input == "concat_obs" and len(env.obs_shape) > 1:
+        raise ConfigError(f"--critic-input concat_obs needs flat observations; {args.env} has images {env.obs_shape}: "
+                          "use --critic-input state")
+    info_in = ((env.state_shape if len(env.state_shape) == 3 else (env.state_dim,)) if args.critic_input == "state"
+               else (env.n_agents * env.obs_dim,))  # an image state gets a CNN; see critic_inputs
+    critic = Critic((info_in, (env.n_agents * A,)), env.n_agents, args.share_params, args.hidden_sizes, "none",
                     args.activation).to(device)
     return actor, critic
 
@@ -195,11 +201,13 @@ def explore(actor, obs, mask, args: Args, random: bool) -> torch.Tensor:
     return (out + args.exploration_noise * torch.randn_like(out)).clamp(-1.0, 1.0) * actor.action_dim_mask
 
 
-def critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor) -> torch.Tensor:
-    """Critic input of every agent: info (B, D) global state (or all observations), joint_actions
-    (B, N, N, A) where row i is the joint action that agent i's critic values -> (B, N, D + N * A)."""
+def critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor):
+    """Critic inputs of every agent: info (B, D) global state (or all observations), joint_actions
+    (B, N, N, A) where row i is the joint action that agent i's critic values -> the two inputs
+    (info (B, N, D), joint (B, N, N * A)), which the critic concatenates after encoding the info (an
+    image state goes through its CNN before the actions join it: nets.MultiEncoder)."""
     B, N = joint_actions.shape[:2]
-    return torch.cat([info[:, None].expand(B, N, info.shape[-1]), joint_actions.reshape(B, N, -1)], dim=-1)
+    return info[:, None].expand(B, N, info.shape[-1]), joint_actions.reshape(B, N, -1)
 
 
 def with_own_action(replay_actions: torch.Tensor, own: torch.Tensor) -> torch.Tensor:

@@ -223,8 +223,8 @@ def build_networks(args: Args, env, device):
     and image states get a small CNN in front (nets.encoder_for). With --actor-model /
     --critic-model gnn a graph over the agents replaces the per-agent MLP (the critic then pools it)."""
     action_size = env.n_actions if env.discrete else env.action_dim
-    obs_shape = getattr(env, "obs_shape", (env.obs_dim,))  # adapters without images may not set it
-    state_shape = getattr(env, "state_shape", (env.state_dim,))
+    obs_shape = env.obs_shape  # (obs_dim,), or (H, W, C) for images
+    state_shape = env.state_shape
     # Parameter set of every agent: None for all/none (shared / per agent), its group's for group.
     sets = parameter_sets(args.share_params, assign_groups(agent_names(env), args.agent_groups)[1])
     shared = args.share_params == "all"

@@ -145,12 +145,18 @@ def validate(args: Args, env=None) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Decentralised deterministic actors on local obs; two centralised critics Q^k_i(s, a_1..a_N), k = 1, 2."""
+    """Decentralised deterministic actors on local obs; two centralised critics Q^k_i(s, a_1..a_N), k = 1, 2.
+    Image observations (obs_shape (H, W, C)) and an image state get a small CNN (nets.encoder_for), the
+    state's before the actions join it."""
     A = env.action_dim
-    actor = DeterministicActor(env.obs_dim, env.n_agents, False, A, torch.as_tensor(env.action_dim_mask),
+    actor = DeterministicActor(env.obs_shape, env.n_agents, False, A, torch.as_tensor(env.action_dim_mask),
                                args.share_params, args.hidden_sizes, args.activation).to(device)
-    info_dim = env.state_dim if args.critic_input == "state" else env.n_agents * env.obs_dim
-    critics = torch.nn.ModuleList([Critic(info_dim + env.n_agents * A, env.n_agents, args.share_params,
+    if args.critic_input == "concat_obs" and len(env.obs_shape) > 1:
+        raise ConfigError(f"--critic-input concat_obs needs flat observations; {args.env} has images {env.obs_shape}: "
+                          "use --critic-input state")
+    info_in = ((env.state_shape if len(env.state_shape) == 3 else (env.state_dim,)) if args.critic_input == "state"
+               else (env.n_agents * env.obs_dim,))  # an image state gets a CNN; see critic_inputs
+    critics = torch.nn.ModuleList([Critic((info_in, (env.n_agents * A,)), env.n_agents, args.share_params,
                                           args.hidden_sizes, "none", args.activation) for _ in range(2)]).to(device)
     return actor, critics
 
@@ -193,11 +199,13 @@ def smoothed_target_actions(actions: torch.Tensor, noise_std: float, noise_clip:
     return (actions + noise).clamp(-1.0, 1.0) * dim_mask
 
 
-def critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor) -> torch.Tensor:
-    """Critic input of every agent: info (B, D) global state (or all observations), joint_actions
-    (B, N, N, A) where row i is the joint action that agent i's critic values -> (B, N, D + N * A)."""
+def critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor):
+    """Critic inputs of every agent: info (B, D) global state (or all observations), joint_actions
+    (B, N, N, A) where row i is the joint action that agent i's critic values -> the two inputs
+    (info (B, N, D), joint (B, N, N * A)), which the critic concatenates after encoding the info (an
+    image state goes through its CNN before the actions join it: nets.MultiEncoder)."""
     B, N = joint_actions.shape[:2]
-    return torch.cat([info[:, None].expand(B, N, info.shape[-1]), joint_actions.reshape(B, N, -1)], dim=-1)
+    return info[:, None].expand(B, N, info.shape[-1]), joint_actions.reshape(B, N, -1)
 
 
 def with_own_action(replay_actions: torch.Tensor, own: torch.Tensor) -> torch.Tensor:

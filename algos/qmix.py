@@ -146,7 +146,7 @@ def validate(args: Args, env=None) -> None:
 def build_networks(args: Args, env, device):
     """Agent utilities Q_i on local histories (image observations, obs_shape (H, W, C), through a
     small CNN: nets.encoder_for); the QMIX mixer on the global state (flat, whatever its shape)."""
-    agents = QPolicy(getattr(env, "obs_shape", env.obs_dim), env.n_actions, env.n_agents, args.share_params, args.hidden_dim,
+    agents = QPolicy(env.obs_shape, env.n_actions, env.n_agents, args.share_params, args.hidden_dim,
                      args.recurrent, args.last_action_input).to(device)
     mixer = QMixer(env.n_agents, env.state_dim, args.mixer_embed_dim, args.hypernet_hidden).to(device)
     return agents, mixer

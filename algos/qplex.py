@@ -145,8 +145,10 @@ def validate(args: Args, env=None) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Agent utilities Q_i on local histories; the duplex dueling mixer on state and joint action."""
-    agents = QPolicy(env.obs_dim, env.n_actions, env.n_agents, args.share_params, args.hidden_dim,
+    """Agent utilities Q_i on local histories (image observations, obs_shape (H, W, C), through a small
+    CNN: nets.encoder_for); the duplex dueling mixer on the state (flat, whatever its shape) and the
+    joint action."""
+    agents = QPolicy(env.obs_shape, env.n_actions, env.n_agents, args.share_params, args.hidden_dim,
                      args.recurrent, args.last_action_input).to(device)
     mixer = QPLEXMixer(env.n_agents, env.state_dim, env.n_actions, args.attention_heads, args.mixer_hidden).to(device)
     return agents, mixer
@@ -298,6 +300,7 @@ def main(args: Args) -> dict:
                 states=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
                 next_states=final_obs, dones=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(), valid=valid,
+                alive=torch.as_tensor(result.alive, device=device).float(),  # (E, N) the agent acted
                 global_states=state[:, None].expand(E, N, state.shape[-1]),  # (E, N, state_dim)
                 next_global_states=final_state[:, None].expand(E, N, final_state.shape[-1]),
                 **({} if mask is None else {"action_masks": mask,
@@ -340,6 +343,13 @@ def main(args: Args) -> dict:
             state_all = with_final_step(b["global_states"][:, :, 0], b["next_global_states"][:, :, 0], lengths)
             mask_all = (with_final_step(b["action_masks"], b["next_action_masks"], lengths).bool()
                         if "action_masks" in b else None)  # (T+1, B, N, A)
+            # Agents that left early (MAgent2 deaths) are out of the mix, as in algos/qmix.py: a dead agent's
+            # utility and greedy value are 0 and its action one-hot is zeros (it was never played), so its
+            # advantage is 0. alive_all[t + 1]: who is present in s_{t+1} (at an episode's end, whoever acted
+            # last and did not terminate).
+            alive = b["alive"] if "alive" in b else torch.ones_like(b["rewards"])  # (T, B, N); older replays lack it
+            alive_all = with_final_step(alive, alive * (1.0 - b["dones"]), lengths)  # (T+1, B, N)
+            live_all = alive_all.bool()
             actions = b["actions"].long()  # (T, B, N)
             last_all = torch.cat([torch.zeros(1, B, N, A, device=device), F.one_hot(actions, A).float()])
 
@@ -347,19 +357,21 @@ def main(args: Args) -> dict:
             starts_all = torch.zeros(T + 1, B, N, device=device)
             starts_all[0] = 1.0  # every sequence starts an episode
             q_all, _ = agents.q_values(obs_all, last_all, agents.net.initial_state(B, device), starts_all)  # (T+1, B, N, A)
-            q_taken = q_all[:-1].gather(-1, actions[..., None]).squeeze(-1)  # (T, B, N)
+            q_taken = q_all[:-1].gather(-1, actions[..., None]).squeeze(-1) * alive  # (T, B, N), 0 for the dead
             # V_i = max over available actions of Q_i (held fixed: the advantage is measured from it)
             q_avail = q_all.detach() if mask_all is None else q_all.detach().masked_fill(~mask_all, float("-inf"))
-            q_tot = mixer(q_taken, state_all[:-1], F.one_hot(actions, A).float(), q_avail[:-1].max(-1).values)  # (T, B)
+            v_taken = torch.where(live_all[:-1], q_avail[:-1].max(-1).values, 0.0)  # (T, B, N), 0 for the dead
+            q_tot = mixer(q_taken, state_all[:-1], F.one_hot(actions, A).float() * alive[..., None], v_taken)  # (T, B)
             with torch.no_grad():
                 tq_all, _ = target_agents.q_values(obs_all, last_all, target_agents.net.initial_state(B, device),
                                                    starts_all)  # (T+1, B, N, A)
                 tq_avail = tq_all if mask_all is None else tq_all.masked_fill(~mask_all, float("-inf"))
                 chooser = q_avail if args.double_q else tq_avail  # double Q: the online net picks a*
                 best_next = chooser[1:].argmax(-1, keepdim=True)  # (T, B, N, 1)
-                tq_next = tq_all[1:].gather(-1, best_next).squeeze(-1)  # (T, B, N)
-                next_q_tot = target_mixer(tq_next, state_all[1:], F.one_hot(best_next.squeeze(-1), A).float(),
-                                          tq_avail[1:].max(-1).values)  # (T, B)
+                tq_next = tq_all[1:].gather(-1, best_next).squeeze(-1) * alive_all[1:]  # (T, B, N)
+                next_onehot = F.one_hot(best_next.squeeze(-1), A).float() * alive_all[1:, ..., None]  # (T, B, N, A)
+                next_v = torch.where(live_all[1:], tq_avail[1:].max(-1).values, 0.0)  # (T, B, N)
+                next_q_tot = target_mixer(tq_next, state_all[1:], next_onehot, next_v)  # (T, B)
                 targets = td_lambda_targets(team_reward, next_q_tot, terminated, ended, args.gamma, args.td_lambda)
             td_error = q_tot - targets
             per_step = td_error ** 2 if args.loss == "mse" else F.smooth_l1_loss(q_tot, targets, reduction="none")

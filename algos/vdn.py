@@ -133,8 +133,9 @@ def validate(args: Args, env=None) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Agent utilities Q_i on local histories; the VDN mixer sums them."""
-    agents = QPolicy(env.obs_dim, env.n_actions, env.n_agents, args.share_params, args.hidden_dim,
+    """Agent utilities Q_i on local histories (image observations, obs_shape (H, W, C), through a small
+    CNN: nets.encoder_for); the VDN mixer sums them."""
+    agents = QPolicy(env.obs_shape, env.n_actions, env.n_agents, args.share_params, args.hidden_dim,
                      args.recurrent, args.last_action_input).to(device)
     mixer = VDNMixer().to(device)
     return agents, mixer
@@ -277,6 +278,7 @@ def main(args: Args) -> dict:
                 states=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
                 next_states=final_obs, dones=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(), valid=valid,
+                alive=torch.as_tensor(result.alive, device=device).float(),  # (E, N) the agent acted
                 global_states=state[:, None].expand(E, N, state.shape[-1]),  # (E, N, state_dim)
                 next_global_states=final_state[:, None].expand(E, N, final_state.shape[-1]),
                 **({} if mask is None else {"action_masks": mask,
@@ -318,6 +320,11 @@ def main(args: Args) -> dict:
             state_all = with_final_step(b["global_states"][:, :, 0], b["next_global_states"][:, :, 0], lengths)
             mask_all = (with_final_step(b["action_masks"], b["next_action_masks"], lengths).bool()
                         if "action_masks" in b else None)  # (T+1, B, N, A)
+            # Agents that left early (MAgent2 deaths) are out of the sum, as in algos/qmix.py: a dead agent's
+            # utility on its zero observation says nothing, and its action was never played. alive_all[t + 1]:
+            # who is present in s_{t+1} (at an episode's end, whoever acted last and did not terminate).
+            alive = b["alive"] if "alive" in b else torch.ones_like(b["rewards"])  # (T, B, N); older replays lack it
+            alive_all = with_final_step(alive, alive * (1.0 - b["dones"]), lengths)  # (T+1, B, N)
             actions = b["actions"].long()  # (T, B, N)
             last_all = torch.cat([torch.zeros(1, B, N, A, device=device), F.one_hot(actions, A).float()])
 
@@ -325,7 +332,7 @@ def main(args: Args) -> dict:
             starts_all = torch.zeros(T + 1, B, N, device=device)
             starts_all[0] = 1.0  # every sequence starts an episode
             q_all, _ = agents.q_values(obs_all, last_all, agents.net.initial_state(B, device), starts_all)  # (T+1, B, N, A)
-            q_taken = q_all[:-1].gather(-1, actions[..., None]).squeeze(-1)  # (T, B, N)
+            q_taken = q_all[:-1].gather(-1, actions[..., None]).squeeze(-1) * alive  # (T, B, N), 0 for the dead
             q_tot = mixer(q_taken, state_all[:-1])  # (T, B)
             with torch.no_grad():
                 tq_all, _ = target_agents.q_values(obs_all, last_all, target_agents.net.initial_state(B, device),
@@ -334,7 +341,7 @@ def main(args: Args) -> dict:
                 if mask_all is not None:
                     chooser = chooser.masked_fill(~mask_all, float("-inf"))
                 best_next = chooser[1:].argmax(-1, keepdim=True)  # (T, B, N, 1)
-                tq_next = tq_all[1:].gather(-1, best_next).squeeze(-1)  # (T, B, N)
+                tq_next = tq_all[1:].gather(-1, best_next).squeeze(-1) * alive_all[1:]  # (T, B, N)
                 next_q_tot = target_mixer(tq_next, state_all[1:])  # (T, B)
                 targets = td_lambda_targets(team_reward, next_q_tot, terminated, ended, args.gamma, args.td_lambda)
             td_error = q_tot - targets

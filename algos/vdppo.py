@@ -142,11 +142,12 @@ def validate(args: Args) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Decentralised actor and per-agent critic V_i on local obs; the mixer that makes V_tot."""
+    """Decentralised actor and per-agent critic V_i on local obs (an image, obs_shape (H, W, C), through a
+    small CNN: nets.encoder_for); the mixer that makes V_tot (on the flat state, whatever its shape)."""
     action_size = env.n_actions if env.discrete else env.action_dim
-    actor = Actor(env.obs_dim, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
+    actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
                   args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
-    critic = Critic(env.obs_dim, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
+    critic = Critic(env.obs_shape, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
                     args.activation).to(device)
     mixer = (VDNMixer() if args.mixer == "vdn" else
              QMixer(env.n_agents, env.state_dim, args.mixer_embed_dim, args.hypernet_hidden)).to(device)

@@ -39,6 +39,7 @@ class MatrixGame:
         self.n_agents, self.n_actions, self.action_dim, self.discrete = 2, self.payoff.shape[0], 1, True
         self.action_dims = [self.n_actions] * 2
         self.obs_dim, self.obs_dims, self.state_dim = 1, [1, 1], 2
+        self.obs_shape, self.state_shape = (1,), (2,)  # flat: what the networks' encoders are built from
         self.action_dim_mask = torch.ones(2, self.n_actions, dtype=torch.bool).numpy()
         self.has_action_mask = False
         self.gen = torch.Generator(device=self.device).manual_seed(seed)

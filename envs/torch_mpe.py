@@ -164,6 +164,7 @@ class TorchMPE:
         if max(self.obs_dims) != self.obs_dim or len(self.obs_dims) != self.n_agents:
             raise RuntimeError(f"obs_dims {self.obs_dims} do not fit observations of width {self.obs_dim}")
         self.state_dim = sum(self.obs_dims)  # mpe2 state(): every agent's observation, concatenated
+        self.obs_shape, self.state_shape = (self.obs_dim,), (self.state_dim,)  # flat vectors, never images
         if all(d == self.obs_dim for d in self.obs_dims):
             self._state_index = None  # the padded observations are already the concatenation
         else:

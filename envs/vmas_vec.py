@@ -104,6 +104,7 @@ class VMASVecEnv:
         self.obs_dims = [int(s.shape[0]) for s in obs_spaces]
         self.obs_dim = max(self.obs_dims)
         self.state_dim = sum(self.obs_dims)
+        self.obs_shape, self.state_shape = (self.obs_dim,), (self.state_dim,)  # flat vectors, never images
         self._state_index = None if all(d == self.obs_dim for d in self.obs_dims) else torch.cat(
             [torch.arange(d, device=self.device) + n * self.obs_dim for n, d in enumerate(self.obs_dims)])
 

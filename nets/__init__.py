@@ -1,6 +1,6 @@
 """Generic network modules. Constructors take plain ints; inputs put the agent axis just
 before the features: (..., N, in_dim)."""
-from nets.encoders import CNNEncoder, FlatEncoder, encoder_for
+from nets.encoders import CNNEncoder, FlatEncoder, MultiEncoder, encoder_for
 from nets.layers import MLP, AgentLinear, make_linear
 from nets.policy import (Actor, AgentNet, Critic, GreedyQ, MaskedCategorical, MaskedGaussian, QPolicy, ValueNorm,
                          explained_variance)
@@ -13,4 +13,4 @@ __all__ = ["MLP", "AgentLinear", "make_linear", "RecurrentCore", "AgentNet", "Ac
            "ValueNorm", "MaskedCategorical", "MaskedGaussian", "explained_variance", "VDNMixer", "QMixer",
            "QPLEXMixer", "QPolicy", "GreedyQ", "DeterministicActor", "SquashedGaussianActor", "NonMonotonicMixer",
            "GraphNet", "MessagePassing", "adjacency", "edge_features",
-           "encoder_for", "CNNEncoder", "FlatEncoder"]
+           "encoder_for", "CNNEncoder", "FlatEncoder", "MultiEncoder"]

@@ -1,9 +1,12 @@
 """Observation encoders, chosen from the observation's shape: flat vectors pass through, images
-(H, W, C) go through a small CNN. Every network that reads observations (Actor, Critic, QPolicy
-through `AgentNet`) builds its encoder with `encoder_for`, so image envs need no other change.
+(H, W, C) go through a small CNN. Every network that reads observations (Actor, Critic, QPolicy,
+the DDPG-family actors, through `AgentNet`) builds its encoder with `encoder_for`, so image envs
+need no other change.
 
 Input (..., N, *in_shape) -> output (..., N, out_dim). An image input may also arrive flattened,
 (..., N, H * W * C) (a centralised critic's state, which the adapters keep flat), and is reshaped.
+A network with several inputs (a critic on the state and the joint action) gives one shape per
+input, and gets them as a tuple of tensors: each is encoded on its own, then they are concatenated.
 """
 import math
 from typing import Optional, Sequence, Union
@@ -29,7 +32,7 @@ class FlatEncoder(nn.Module):
         if x.shape[-1] != self.out_dim:
             raise ValueError(f"a network built for flat inputs of size {self.out_dim} got inputs shaped "
                              f"{tuple(x.shape)}; image observations need the env's obs_shape (H, W, C) at "
-                             "construction (nets.encoder_for), as algos/mappo.py, ippo.py and qmix.py pass it")
+                             "construction (nets.encoder_for): pass env.obs_shape (or env.state_shape), not obs_dim")
         return x if x.dtype.is_floating_point else x.float()
 
 
@@ -90,17 +93,44 @@ class CNNEncoder(nn.Module):
         return torch.relu(self.fc(h)).reshape(*lead, N, self.out_dim)  # (..., N, feature_dim)
 
 
-def encoder_for(in_shape: Union[int, Sequence[int]], n_agents: Optional[int] = None,
-                feature_dim: int = 128) -> nn.Module:
-    """The encoder an input shape needs: an int or (D,) -> FlatEncoder; (H, W, C) -> CNNEncoder.
-    Its `out_dim` is the width of what it returns. Any other shape fails, naming it."""
+class MultiEncoder(nn.Module):
+    """Several inputs, each encoded by the encoder its own shape needs, then concatenated:
+    (x_1 (..., N, *shape_1), x_2 (..., N, *shape_2), ...) -> (..., N, sum of the parts' out_dim).
+
+    What a critic on an image and a vector needs (a state image and the joint action, an image
+    observation and the agent's action): the image goes through its CNN before the vector joins
+    it, and each part keeps its own dtype (uint8 pixels are scaled, as alone). Flat parts alone
+    give exactly their concatenation, so a flat-input network computes what one fed
+    torch.cat(parts, -1) computes.
+    """
+
+    def __init__(self, shapes: Sequence[Union[int, Sequence[int]]], n_agents: Optional[int] = None,
+                 feature_dim: int = 128):
+        super().__init__()
+        self.parts = nn.ModuleList(encoder_for(shape, n_agents, feature_dim) for shape in shapes)
+        self.out_dim = sum(part.out_dim for part in self.parts)
+
+    def forward(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
+        if isinstance(xs, torch.Tensor) or len(xs) != len(self.parts):
+            raise ValueError(f"a network built for {len(self.parts)} inputs (a tuple of tensors) got "
+                             f"{'one tensor' if isinstance(xs, torch.Tensor) else f'{len(xs)} inputs'}")
+        return torch.cat([part(x) for part, x in zip(self.parts, xs)], dim=-1)  # (..., N, out_dim)
+
+
+def encoder_for(in_shape, n_agents: Optional[int] = None, feature_dim: int = 128) -> nn.Module:
+    """The encoder an input shape needs: an int or (D,) -> FlatEncoder; (H, W, C) -> CNNEncoder;
+    a tuple of shapes, each itself a tuple, ((H, W, C), (D,)) -> MultiEncoder (several inputs, given
+    as a tuple of tensors). Its `out_dim` is the width of what it returns. Any other shape fails,
+    naming it."""
+    if not isinstance(in_shape, int) and len(in_shape) and all(isinstance(v, (tuple, list)) for v in in_shape):
+        return MultiEncoder(in_shape, n_agents, feature_dim)
     shape = (in_shape,) if isinstance(in_shape, int) else tuple(int(v) for v in in_shape)
     if len(shape) == 1:
         return FlatEncoder(shape[0])
     if len(shape) == 3:
         return CNNEncoder(shape, feature_dim, n_agents)
-    raise ValueError(f"no encoder for inputs of shape {shape}: accepted are flat vectors (D,) and "
-                     "images (H, W, C)")
+    raise ValueError(f"no encoder for inputs of shape {shape}: accepted are flat vectors (D,), images "
+                     "(H, W, C), and a tuple of such shapes for several inputs")
 
 
-__all__ = ["CNNEncoder", "FlatEncoder", "encoder_for", "MAX_CELLS"]
+__all__ = ["CNNEncoder", "FlatEncoder", "MultiEncoder", "encoder_for", "MAX_CELLS"]

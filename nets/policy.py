@@ -19,7 +19,9 @@ class AgentNet(nn.Module):
     """Per-agent network: encoder -> [extra inputs, agent-id one-hot] -> MLP -> [GRU/LSTM] -> linear head.
 
     The encoder comes from the input's shape (`nets.encoder_for`): an int or (D,) is a flat vector
-    and passes through; (H, W, C) is an image and goes through a small CNN.
+    and passes through; (H, W, C) is an image and goes through a small CNN; a tuple of shapes,
+    ((H, W, C), (D,)), is several inputs, passed to forward as a tuple of tensors, each encoded
+    on its own and concatenated (an image state and the joint action of a centralised critic).
     share_params=True: one set of weights for all agents; an agent-id one-hot is appended to
     the input so that identical observations can still lead to agent-specific outputs (the
     parameter-sharing pitfall: without it, agents in symmetric positions cannot specialise).
@@ -29,13 +31,14 @@ class AgentNet(nn.Module):
     all of them still run in one batched matmul. The one-hot is appended whenever a set
     serves more than one agent.
 
-    forward(x (L, B, N, *in_shape), state, starts (L, B, N), extra (L, B, N, extra_dim) or None)
-        -> (out (L, B, N, out_dim), state)
+    forward(x (L, B, N, *in_shape) or a tuple of such tensors, state, starts (L, B, N),
+            extra (L, B, N, extra_dim) or None) -> (out (L, B, N, out_dim), state)
     """
 
-    def __init__(self, in_dim: Union[int, Sequence[int]], out_dim: int, n_agents: int, share_params: bool = True,
-                 hidden_sizes: Sequence[int] = (64, 64), recurrent: str = "none", out_gain: float = 1.0,
-                 activation: str = "tanh", param_groups: Optional[Sequence[int]] = None, extra_dim: int = 0):
+    def __init__(self, in_dim: Union[int, Sequence[int], Sequence[Sequence[int]]], out_dim: int, n_agents: int,
+                 share_params: bool = True, hidden_sizes: Sequence[int] = (64, 64), recurrent: str = "none",
+                 out_gain: float = 1.0, activation: str = "tanh", param_groups: Optional[Sequence[int]] = None,
+                 extra_dim: int = 0):
         super().__init__()
         if param_groups is None:
             param_groups = [0] * n_agents if share_params else list(range(n_agents))
@@ -178,13 +181,15 @@ class Critic(nn.Module):
 
     A centralised critic is this module fed the global state (or all observations) for every
     agent; a decentralised one is fed each agent's own observation. in_dim: an int, or an image
-    shape (H, W, C) for a CNN (the input may then come flattened, like an adapter's state). `net`
+    shape (H, W, C) for a CNN (the input may then come flattened, like an adapter's state), or a
+    tuple of shapes for several inputs, given as a tuple of tensors (a Q critic on the state and
+    the joint action, `AgentNet`). `net`
     replaces the default `AgentNet` with another body of the same interface and out_dim 1 (a
     `nets.gnn.GraphNet`).
     """
 
-    def __init__(self, in_dim: Union[int, Sequence[int]], n_agents: int, share_params: bool = True,
-                 hidden_sizes=(64, 64), recurrent: str = "none", activation: str = "tanh",
+    def __init__(self, in_dim: Union[int, Sequence[int], Sequence[Sequence[int]]], n_agents: int,
+                 share_params: bool = True, hidden_sizes=(64, 64), recurrent: str = "none", activation: str = "tanh",
                  param_groups: Optional[Sequence[int]] = None, net: Optional[nn.Module] = None):
         super().__init__()
         self.net = net if net is not None else AgentNet(in_dim, 1, n_agents, share_params, hidden_sizes, recurrent,
@@ -217,6 +222,7 @@ class DeterministicAction:
 class DeterministicActor(nn.Module):
     """Deterministic policy mu(o) of the DDPG family (DDPG, MADDPG, FACMAC, MATD3), feed-forward.
 
+    obs_dim: an int for flat observations, or the env's `obs_shape`; (H, W, C) images get a CNN.
     `output(obs (..., N, obs_dim), action_mask)` ->
       continuous: actions (..., N, act_dim) = tanh(net(o)) in the adapters' normalised box
                   [-1, 1] (the env adapter maps it onto each agent's own bounds), 0 in padded dims;
@@ -227,7 +233,7 @@ class DeterministicActor(nn.Module):
     the argmax of the logits (discrete).
     """
 
-    def __init__(self, obs_dim: int, n_agents: int, discrete: bool, action_size: int,
+    def __init__(self, obs_dim: Union[int, Sequence[int]], n_agents: int, discrete: bool, action_size: int,
                  action_dim_mask: torch.Tensor, share_params: bool = True, hidden_sizes=(64, 64),
                  activation: str = "relu"):
         super().__init__()
@@ -280,10 +286,11 @@ class SquashedGaussianActor(nn.Module):
 
     forward(obs (L, B, N, obs_dim), state, starts, action_mask) -> (dist, None), the `Actor`
     interface; `dist.mode()` is tanh(mean), the greedy action used in evaluation.
+    obs_dim: an int for flat observations, or the env's `obs_shape`; (H, W, C) images get a CNN.
     """
 
-    def __init__(self, obs_dim: int, n_agents: int, action_dim: int, action_dim_mask: torch.Tensor,
-                 share_params: bool = True, hidden_sizes=(64, 64), activation: str = "relu"):
+    def __init__(self, obs_dim: Union[int, Sequence[int]], n_agents: int, action_dim: int,
+                 action_dim_mask: torch.Tensor, share_params: bool = True, hidden_sizes=(64, 64), activation: str = "relu"):
         super().__init__()
         self.net = AgentNet(obs_dim, 2 * action_dim, n_agents, share_params, hidden_sizes, "none", out_gain=0.01,
                             activation=activation)

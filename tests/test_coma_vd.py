@@ -59,11 +59,12 @@ def test_counterfactual_baseline_by_hand():
 
 
 def test_critic_inputs_hide_own_action():
-    """Agent i's row: the state, its own observation, the others' one-hot actions, its own block zero."""
+    """Agent i's row: the state, its own observation, the others' one-hot actions, its own block zero
+    (three inputs, which the critic concatenates after encoding each)."""
     state = torch.tensor([[7.0, 8.0]])  # (E=1, S=2)
     obs = torch.tensor([[[0.1], [0.2], [0.3]]])  # (E=1, N=3, obs_dim=1)
     actions = F.one_hot(torch.tensor([[1, 0, 1]]), 2).float()  # (E=1, N=3, A=2)
-    x = coma.critic_inputs(state, obs, actions)
+    x = torch.cat(coma.critic_inputs(state, obs, actions), dim=-1)
     assert x.shape == (1, 3, 2 + 1 + 3 * 2)
     torch.testing.assert_close(x[0], torch.tensor([
         [7.0, 8.0, 0.1, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0],

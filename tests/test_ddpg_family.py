@@ -137,7 +137,7 @@ def test_with_own_action_replaces_only_the_agents_own_slot():
     own = torch.tensor([[[10.0], [20.0], [30.0]]])
     joint = REFERENCE.with_own_action(replay, own)  # (1, 3, 3, 1)
     assert joint[0, :, :, 0].tolist() == [[10.0, 2.0, 3.0], [1.0, 20.0, 3.0], [1.0, 2.0, 30.0]]
-    x = REFERENCE.critic_inputs(torch.tensor([[7.0, 8.0]]), joint)
+    x = torch.cat(REFERENCE.critic_inputs(torch.tensor([[7.0, 8.0]]), joint), dim=-1)  # the critic's two inputs
     assert x.shape == (1, 3, 2 + 3) and x[0, 1].tolist() == [7.0, 8.0, 1.0, 20.0, 3.0]
 
 
@@ -177,7 +177,8 @@ def test_copied_functions_agree_with_maddpg(algo):
         assert torch.equal(m.with_own_action(replay, own), REFERENCE.with_own_action(replay, own))
         info = torch.randn(4, 5, generator=g)
         joint = REFERENCE.with_own_action(replay, own)
-        assert torch.equal(m.critic_inputs(info, joint), REFERENCE.critic_inputs(info, joint))
+        for part, reference in zip(m.critic_inputs(info, joint), REFERENCE.critic_inputs(info, joint), strict=True):
+            assert torch.equal(part, reference)
 
 
 # ---------------------------------------------------------------------------- runs

@@ -282,7 +282,8 @@ def test_vmas_shapes_and_tensors(continuous):
     torch.testing.assert_close(step.state, step.obs.reshape(3, -1))
 
 
-ADAPTER_ATTRIBUTES = ("num_envs", "n_agents", "agents", "obs_dim", "obs_dims", "state_dim", "discrete", "n_actions",
+ADAPTER_ATTRIBUTES = ("num_envs", "n_agents", "agents", "obs_dim", "obs_dims", "obs_shape", "state_dim", "state_shape",
+                      "discrete", "n_actions",
                       "action_dim", "action_dims", "action_dim_mask", "has_action_mask", "reset", "step",
                       "action_mask", "sample_actions", "render", "close")
 

@@ -1,10 +1,15 @@
 """PettingZoo SISL, butterfly and MAgent2 behind the batched adapter: shapes, seeding, auto-reset,
-dead-agent masking on MAgent2, the CNN encoder chosen from the observation shape, and smoke runs
-of IPPO, MAPPO (and QMIX where actions are discrete) on every family, on reduced scenario sizes.
+dead-agent masking on MAgent2 and in the losses (QMIX, VDN, QPLEX, IQL, FACMAC), the CNN encoder
+chosen from the observation shape, and smoke runs of IPPO, MAPPO (and QMIX where actions are
+discrete) on every family, on reduced scenario sizes. Every other algorithm runs on every family
+in tests/test_support_table.py.
 
 A family's tests skip, saying what to install, only when its package is absent."""
+import dataclasses
+import importlib
 import importlib.util
 import math
+import re
 import warnings
 
 import numpy as np
@@ -14,7 +19,7 @@ import torch
 import envs
 from algos import ippo, mappo, qmix
 from common.cli import ConfigError, make_args
-from nets import Actor, CNNEncoder, Critic, FlatEncoder, QPolicy, encoder_for
+from nets import Actor, CNNEncoder, Critic, FlatEncoder, MultiEncoder, QPolicy, encoder_for
 
 
 def _have(*modules):
@@ -229,9 +234,31 @@ def test_actor_critic_and_qpolicy_take_images():
     for net in (actor, critic, agents):
         assert isinstance(net.net.encoder, CNNEncoder)
     assert isinstance(Actor(18, 2, True, 5, mask).net.encoder, FlatEncoder)
-    # a network built from obs_dim alone (the files that take only vectors) says what went wrong
+    # a network built from obs_dim alone (not from the env's obs_shape) says what went wrong
     with pytest.raises(ValueError, match=r"flat inputs of size 845 got inputs shaped \(1, 3, 2, 13, 13, 5\)"):
         Actor(13 * 13 * 5, 2, True, 5, mask)(obs)
+
+
+def test_several_inputs_are_encoded_apart_then_concatenated():
+    """A tuple of shapes gives one encoder per input (a critic on an image state and the joint
+    action): the image through its CNN, uint8 pixels scaled as alone; flat parts alone give exactly
+    their concatenation, so flat-input critics compute what torch.cat(parts) gave them."""
+    torch.manual_seed(0)
+    enc = encoder_for(((9, 9, 5), (4,)), feature_dim=16)
+    assert isinstance(enc, MultiEncoder) and isinstance(enc.parts[0], CNNEncoder) and enc.out_dim == 16 + 4
+    image = torch.randint(0, 256, (3, 2, 9, 9, 5), dtype=torch.uint8)  # (B, N, H, W, C)
+    action = torch.rand(3, 2, 4)
+    out = enc((image, action))
+    assert out.shape == (3, 2, 20)
+    assert torch.equal(out[..., :16], enc.parts[0](image)) and torch.equal(out[..., 16:], action)
+    assert torch.equal(enc((image.reshape(3, 2, -1), action)), out)  # a flattened image is reshaped
+    flat = encoder_for(((3,), (4,)))
+    x, y = torch.rand(3, 2, 3), torch.rand(3, 2, 4)
+    assert torch.equal(flat((x, y)), torch.cat([x, y], dim=-1)) and not list(flat.parameters())
+    critic = Critic(((9, 9, 5), (4,)), 2, hidden_sizes=(8,))
+    assert critic((image, action))[0].shape == (3, 2)
+    with pytest.raises(ValueError, match="built for 2 inputs"):
+        enc(action)
 
 
 def test_unsupported_spaces_fail_naming_them():
@@ -288,12 +315,24 @@ def test_qmix_smoke(name, tmp_path):
     assert math.isfinite(summary["final_losses"]["td_loss"])
 
 
-@NEEDS["sisl"]
-def test_mappo_concat_obs_rejects_images(tmp_path):
-    args = make_args(mappo.Args, env="sisl:pursuit", env_kwargs=kwargs_pairs("sisl:pursuit"),
-                     critic_input="concat_obs", run_dir=str(tmp_path), **TINY)
-    with pytest.raises(ConfigError, match=r"concat_obs needs flat observations; sisl:pursuit has images \(7, 7, 3\)"):
-        mappo.main(args)
+CONCAT_OBS = [pytest.param(a, "sisl:pursuit", "(7, 7, 3)", marks=NEEDS["sisl"])
+              for a in ("mappo", "maa2c", "matrpo", "maddpg")] \
+    + [pytest.param(a, "butterfly:pistonball", "(58, 15, 3)", marks=NEEDS["butterfly"]) for a in ("matd3", "masac")]
+
+
+@pytest.mark.parametrize("algo,name,shape", CONCAT_OBS)
+def test_concat_obs_rejects_images(algo, name, shape, tmp_path):
+    """Every file with --critic-input refuses all observations concatenated when they are images,
+    naming the alternative, before the run folder is written."""
+    module = importlib.import_module(f"algos.{algo}")
+    fields = {f.name for f in dataclasses.fields(module.Args)}
+    settings = {k: v for k, v in dict(TINY, hidden_dim=16, batch_size=2, learning_starts=0).items() if k in fields}
+    args = make_args(module.Args, env=name, env_kwargs=kwargs_pairs(name), critic_input="concat_obs",
+                     run_dir=str(tmp_path / "runs"), **settings)
+    with pytest.raises(ConfigError, match=rf"concat_obs needs flat observations; {name} has images "
+                                          rf"{re.escape(shape)}: use --critic-input state"):
+        module.main(args)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 class LeavingAgent:
@@ -334,25 +373,88 @@ class LeavingAgent:
         pass
 
 
-def test_qmix_leaves_dead_agents_out_of_the_mix(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name,mixer", [("qmix", "QMixer"), ("vdn", "VDNMixer"), ("qplex", "QPLEXMixer")])
+def test_mixers_leave_dead_agents_out_of_the_mix(name, mixer, tmp_path, monkeypatch):
     """Every Q_i the mixers see is 0 where the agent is not alive (agent b from step 3 on), in
-    the online mix of Q_i(s_t) and the target mix of Q_i(s_{t+1}), and only there."""
+    the online mix of Q_i(s_t) and the target mix of Q_i(s_{t+1}), and only there (QPLEX: its
+    greedy value and its action one-hot too)."""
+    module = importlib.import_module(f"algos.{name}")
     seen = []
-    original = qmix.QMixer.forward
+    original = getattr(module, mixer).forward
 
-    def spy(self, q, state):
-        seen.append(q.detach().clone())  # (T, B, N)
-        return original(self, q, state)
+    def spy(self, q, state, *rest):
+        seen.append((q.detach().clone(), *(r.detach().clone() for r in rest)))  # (T, B, N), ...
+        return original(self, q, state, *rest)
 
-    monkeypatch.setattr(qmix.QMixer, "forward", spy)
-    monkeypatch.setattr(qmix, "make_env", lambda name, num_envs, seed, *a, **k:
+    monkeypatch.setattr(getattr(module, mixer), "forward", spy)
+    monkeypatch.setattr(module, "make_env", lambda name, num_envs, seed, *a, **k:
                         envs.PettingZooVecEnv(LeavingAgent, num_envs, seed))
-    args = make_args(qmix.Args, env="simple_spread", run_dir=str(tmp_path), num_envs=2, batch_size=2,
+    args = make_args(module.Args, env="simple_spread", run_dir=str(tmp_path), num_envs=2, batch_size=2,
                      updates_per_iteration=1, hidden_dim=16, eval_every=0, eval_episodes=1, eval_num_envs=1,
                      checkpoint_every=0, total_timesteps=16, cuda=False)
-    qmix.main(args)
-    online, target = seen[0], seen[1]  # the first update's two mixer calls
+    module.main(args)
+    online, target = seen[0][0], seen[1][0]  # the first update's two mixer calls
     assert online.shape == target.shape == (4, 2, 2)
     assert online[2:, :, 1].eq(0).all() and online[:2].ne(0).all() and online[:, :, 0].ne(0).all()
     # target row t values s_{t+1}: b is gone from s_2 on (row 1); the last row is the episode's end
     assert target[1:, :, 1].eq(0).all() and target[0].ne(0).all() and target[:3, :, 0].ne(0).all()
+    if name == "qplex":  # (q, actions one-hot, greedy values) per call
+        for (_, onehot, greedy), gone in ((seen[0], slice(2, None)), (seen[1], slice(1, None))):
+            assert onehot[gone, :, 1].eq(0).all() and greedy[gone, :, 1].eq(0).all()
+            assert onehot[:, :, 0].sum(-1).eq(1).all()
+
+
+def test_iql_leaves_dead_agents_out_of_the_loss(tmp_path, monkeypatch):
+    """IQL's TD loss averages over live agents' real steps only: agent b's steps after its death
+    (steps 2 and 3 of 4) have weight 0, everyone else's weight 1."""
+    from algos import iql
+
+    masks = []
+    original = iql.masked_mean
+
+    def spy(x, mask):
+        masks.append(mask.detach().clone())
+        return original(x, mask)
+
+    monkeypatch.setattr(iql, "masked_mean", spy)
+    monkeypatch.setattr(iql, "make_env", lambda name, num_envs, seed, *a, **k:
+                        envs.PettingZooVecEnv(LeavingAgent, num_envs, seed))
+    args = make_args(iql.Args, env="simple_spread", run_dir=str(tmp_path), num_envs=2, batch_size=2,
+                     updates_per_iteration=1, hidden_dim=16, eval_every=0, eval_episodes=1, eval_num_envs=1,
+                     checkpoint_every=0, total_timesteps=8, cuda=False)
+    iql.main(args)
+    loss_mask = masks[0]  # the first update's loss
+    assert loss_mask.shape == (4, 2, 2)
+    assert loss_mask[2:, :, 1].eq(0).all() and loss_mask[:2].eq(1).all() and loss_mask[:, :, 0].eq(1).all()
+
+
+def test_facmac_leaves_dead_agents_out_of_the_mix(tmp_path, monkeypatch):
+    """FACMAC's mixer sees Q_i = 0 where agent b is gone (online: steps 2 and 3; target: s_2 on),
+    and its team episode goes on past b's death: only the clock ends it (no termination, so
+    every target bootstraps)."""
+    from algos import facmac
+
+    seen, targets = [], []
+    original, original_targets = facmac.NonMonotonicMixer.forward, facmac.td_lambda_targets
+
+    def spy(self, q, state):
+        seen.append(q.detach().clone())  # (B, N), rows t * B_seq + j
+        return original(self, q, state)
+
+    def spy_targets(rewards, next_q, terminated, ended, gamma, lam):
+        targets.append((terminated.clone(), ended.clone()))
+        return original_targets(rewards, next_q, terminated, ended, gamma, lam)
+
+    monkeypatch.setattr(facmac.NonMonotonicMixer, "forward", spy)
+    monkeypatch.setattr(facmac, "td_lambda_targets", spy_targets)
+    monkeypatch.setattr(facmac, "make_env", lambda name, num_envs, seed, *a, **k:
+                        envs.PettingZooVecEnv(LeavingAgent, num_envs, seed))
+    args = make_args(facmac.Args, env="simple_spread", run_dir=str(tmp_path), num_envs=2, num_steps=4,
+                     batch_size=2, updates_per_iteration=1, learning_starts=0, hidden_sizes=(16,), eval_every=0,
+                     eval_episodes=1, eval_num_envs=1, checkpoint_every=0, total_timesteps=8, cuda=False)
+    facmac.main(args)
+    target, online = seen[0].view(4, -1, 2), seen[1].view(4, -1, 2)  # (T, B_seq, N): targets come first
+    assert online[2:, :, 1].eq(0).all() and online[:2].ne(0).all() and online[:, :, 0].ne(0).all()
+    assert target[1:, :, 1].eq(0).all() and target[0].ne(0).all() and target[:, :, 0].ne(0).all()
+    terminated, ended = targets[0]  # (T, B_seq)
+    assert terminated.eq(0).all() and ended[:3].eq(0).all() and ended[3].eq(1).all()

@@ -169,8 +169,8 @@ def test_adapter_matches_the_pettingzoo_adapter(name, continuous):
     zero; the state is the true-size observations concatenated; random actions stay real."""
     kwargs = {"continuous_actions": continuous}
     env, twin = make_env("torch:" + name, 4, seed=1, env_kwargs=kwargs), make_env(name, 1, env_kwargs=kwargs)
-    for attr in ("agents", "n_agents", "obs_dim", "obs_dims", "state_dim", "discrete", "n_actions", "action_dim",
-                 "action_dims", "has_action_mask"):
+    for attr in ("agents", "n_agents", "obs_dim", "obs_dims", "obs_shape", "state_dim", "state_shape", "discrete",
+                 "n_actions", "action_dim", "action_dims", "has_action_mask"):
         assert getattr(env, attr) == getattr(twin, attr), attr
     assert np.array_equal(env.action_dim_mask, twin.action_dim_mask)
     if not continuous:

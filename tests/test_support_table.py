@@ -1,0 +1,308 @@
+"""The README's table of env families x algorithm families, kept true by running the algorithms.
+
+Every cell says, for every algorithm of its column, on which of the family's envs it runs:
+"works" (all of them), "works with discrete actions only" (the discrete ones; the others are
+refused), "does not apply: <reason>" (none), then exceptions of single algorithms
+("coma: discrete actions only (...)", "matd3, masac: does not apply: ..."). For each cell and
+each algorithm of its column, on each small env of the family (the reduced sizes of
+tests/test_env_families*.py):
+
+- "does not apply" there: the algorithm must stop with a ConfigError before training, with no
+  run folder written. These checks run the family's own env (they stop at once).
+- "works" there: a tiny run (2 copies, a few env steps, 16-unit nets) must finish with finite
+  losses. Running all 22 files on all 16 envs would take minutes, so each algorithm runs once on
+  one *carrier* env per property (the adapter with flat discrete or continuous actions, image
+  observations, heterogeneous observation sizes, the env's own action masks, agents that die),
+  and a family's env is covered by the carriers of the properties it has: the test asserts that
+  the env really has them (image obs: a (H, W, C) obs_shape; ...) and that each of them has a
+  carrier for its action type.
+
+A family's checks skip, naming the package, only when that package is not installed.
+"""
+import dataclasses
+import importlib
+import importlib.util
+import math
+import os
+import re
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+import envs
+import run
+from common.cli import ConfigError, make_args
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+
+# ---------------------------------------------------------------------------- the family's small envs
+# family -> its envs: (name, env_kwargs, action type). Families with both action types list one env of each.
+D, C = "discrete", "continuous"
+INSTANCES = {
+    "mpe2": [("simple_spread", ("max_cycles=4",), D),
+             ("simple_spread", ("max_cycles=4", "continuous_actions=true"), C)],
+    "torch:": [("torch:simple_spread", ("max_cycles=4",), D),
+               ("torch:simple_spread", ("max_cycles=4", "continuous_actions=true"), C)],
+    "matrix_game": [("matrix_game", (), D)],
+    "lbf:": [("lbf:Foraging-8x8-2p-3f-v3", ("max_episode_steps=4",), D)],
+    "rware:": [("rware:rware-tiny-2ag-v2", ("max_steps=4",), D)],
+    "mamujoco:": [("mamujoco:Hopper-3x1", ("max_episode_steps=4",), C)],
+    "vmas:": [("vmas:balance", ("max_steps=4",), C), ("vmas:balance", ("max_steps=4", "continuous_actions=false"), D)],
+    "sisl:": [("sisl:pursuit", ("max_cycles=4", "n_pursuers=3", "n_evaders=4", "x_size=8", "y_size=8"), D),
+              ("sisl:multiwalker", ("max_cycles=4",), C)],
+    "butterfly:": [("butterfly:pistonball", ("n_pistons=3", "max_cycles=4", "image_stride=8"), C),
+                   ("butterfly:cooperative_pong", ("max_cycles=4", "image_stride=8"), D),
+                   ("butterfly:knights_archers_zombies", ("max_cycles=4",), D)],
+    "magent2:": [("magent2:battle", ("map_size=12", "max_cycles=4"), D)],
+}
+PACKAGES = {"lbf:": ["lbforaging"], "rware:": ["rware"], "mamujoco:": ["gymnasium_robotics", "mujoco"],
+            "vmas:": ["vmas"], "sisl:": ["Box2D", "pymunk"], "butterfly:": ["pymunk"], "magent2:": ["magent2"]}
+# Envs whose agents die mid-episode (padded with alive = 0): MAgent2's (tests/test_env_families_pz.py
+# kills one), and knights_archers_zombies' knights and archers (killable: checked in describe).
+DIES = {"magent2:battle", "butterfly:knights_archers_zombies"}
+
+# The carriers: one env per (adapter, action type, property), on which every algorithm runs once.
+# "leaving" is a two-agent PettingZoo env whose second agent dies in step 2 of 4 (LeavingAgent below):
+# a death in every episode, which a few random steps of MAgent2 would not give.
+CARRIERS = {
+    ("PettingZooVecEnv", D, None): INSTANCES["mpe2"][0],
+    ("PettingZooVecEnv", C, None): INSTANCES["mpe2"][1],
+    ("TorchMPE", D, None): INSTANCES["torch:"][0],
+    ("TorchMPE", C, None): INSTANCES["torch:"][1],
+    ("MatrixGame", D, None): INSTANCES["matrix_game"][0],
+    ("VMASVecEnv", C, None): INSTANCES["vmas:"][0],
+    ("VMASVecEnv", D, None): INSTANCES["vmas:"][1],
+    ("PettingZooVecEnv", D, "env action masks"): INSTANCES["lbf:"][0],
+    ("PettingZooVecEnv", C, "heterogeneous obs sizes"): INSTANCES["mamujoco:"][0],
+    ("PettingZooVecEnv", D, "image obs"): INSTANCES["sisl:"][0],
+    ("PettingZooVecEnv", C, "image obs"): INSTANCES["butterfly:"][0],
+    ("PettingZooVecEnv", D, "agents die"): ("leaving", (), D),
+    ("PettingZooVecEnv", C, "agents die"): ("leaving", (), C),
+}
+
+ADAPTERS = {"PettingZooVecEnv", "TorchMPE", "MatrixGame", "VMASVecEnv"}  # the adapter classes (envs/)
+
+# Tiny settings, each given to the algorithms whose Args have the field.
+TINY = dict(num_envs=2, num_steps=4, total_timesteps=8, eval_every=0, eval_episodes=1, eval_num_envs=1,
+            checkpoint_every=0, cuda=False, torch_threads=1, hidden_sizes=(16,), hidden_dim=16,
+            critic_hidden_sizes=(16,), mixer_embed_dim=8, hypernet_hidden=16, mixer_hidden=16, update_epochs=1,
+            num_minibatches=1, critic_minibatches=1, chunk_len=4, batch_size=2, buffer_size=64, learning_starts=0,
+            updates_per_iteration=1, policy_delay=1, bootstrap_cut=True)
+
+
+class LeavingAgent:
+    """Two agents, 4-step episodes; agent "b" dies in step 2 (terminated there, gone after)."""
+
+    possible_agents = ["a", "b"]
+
+    def __init__(self, continuous: bool):
+        self.obs_space = spaces.Box(-1, 1, (3,))
+        self.act_space = spaces.Box(-1, 1, (2,)) if continuous else spaces.Discrete(2)
+        self.rng = np.random.default_rng(0)
+
+    def observation_space(self, agent):
+        return self.obs_space
+
+    def action_space(self, agent):
+        return self.act_space
+
+    def _obs(self):
+        return {a: self.rng.uniform(-1, 1, 3).astype(np.float32) for a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.t, self.agents = 0, ["a", "b"]
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        live = list(self.agents)
+        reward = {a: 1.0 for a in live}
+        term = {a: a == "b" and self.t == 2 for a in live}
+        trunc = {a: self.t == 4 for a in live}
+        self.agents = [a for a in live if not term[a] and not trunc[a]]
+        return self._obs(), reward, term, trunc, {a: {} for a in live}
+
+    def close(self):
+        pass
+
+
+def make_instance(name, env_kwargs, kind, num_envs=1, seed=0):
+    if name == "leaving":
+        return envs.PettingZooVecEnv(lambda: LeavingAgent(kind == C), num_envs, seed)
+    return envs.make_env(name, num_envs, seed, envs.parse_env_kwargs(env_kwargs))
+
+
+# ---------------------------------------------------------------------------- the README table
+def read_table():
+    """-> (columns: [[algo names]], rows: {family: [cell per column]}) of the table whose header
+    starts with "env family" in README.md."""
+    with open(README) as f:
+        lines = [line.strip() for line in f]
+    start = next(i for i, line in enumerate(lines) if line.startswith("| env family |"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    columns = [re.findall(r"`([a-z0-9]+)`", cell) for cell in header[1:]]
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        family = re.match(r"`([^`]+)`", cells[0]).group(1)
+        rows[family] = cells[1:]
+    return columns, rows
+
+
+VERDICT = re.compile(r"^(works)(?: with (discrete|continuous) actions only)?(?: \(.*\))?$|^does not apply: .+$")
+EXCEPTION = re.compile(r"^([a-z0-9]+(?:, [a-z0-9]+)*): (?:(discrete|continuous) actions only(?: \(.*\))?"
+                       r"|(does not apply): .+)$")
+BOTH = frozenset({D, C})
+
+
+def parse_cell(cell: str, algos):
+    """A cell -> {algo: the action types it runs with on the family}, e.g. {"coma": {"discrete"}, ...}."""
+    verdict, *exceptions = cell.split("; ")
+    m = VERDICT.match(verdict)
+    assert m, f"cell {cell!r} must start with 'works', 'works with <discrete|continuous> actions only' " \
+              f"or 'does not apply: <reason>'"
+    default = (frozenset({m.group(2)}) if m.group(2) else BOTH) if m.group(1) else frozenset()
+    kinds = {algo: default for algo in algos}
+    for part in exceptions:
+        e = EXCEPTION.match(part)
+        assert e, f"exception {part!r} in cell {cell!r} must read '<algos>: <discrete|continuous> actions only " \
+                  "(...)' or '<algos>: does not apply: <reason>'"
+        for algo in e.group(1).split(", "):
+            assert algo in kinds, f"{algo} is named in cell {cell!r} but is not in its column"
+            kinds[algo] = frozenset() if e.group(3) else frozenset({e.group(2)})
+    return kinds
+
+
+COLUMNS, ROWS = read_table()
+ALGO_COLUMN = {algo: i for i, column in enumerate(COLUMNS) for algo in column}
+CELLS = [(family, algo) for family in INSTANCES for algo in sorted(ALGO_COLUMN)]
+
+
+def test_the_table_has_every_family_and_every_algorithm_once():
+    assert list(ROWS) == list(INSTANCES), "rows: one per family, in this order"
+    assert sorted(ALGO_COLUMN) == sorted(run.ALGOS) and sum(map(len, COLUMNS)) == len(run.ALGOS)
+    for family, cells in ROWS.items():
+        assert len(cells) == len(COLUMNS), family
+        for cell, algos in zip(cells, COLUMNS):
+            kinds = parse_cell(cell, algos)
+            restricted = [algo for algo, k in kinds.items() if k and k != BOTH]
+            if restricted:  # "X actions only" says something only where the family has both
+                assert BOTH <= {kind for _, _, kind in INSTANCES[family]}, (family, cell)
+
+
+def test_cell_grammar():
+    kinds = parse_cell("works; coma: discrete actions only (the default); x: does not apply: why", ["a", "coma", "x"])
+    assert kinds == {"a": BOTH, "coma": {"discrete"}, "x": frozenset()}
+    assert parse_cell("works with continuous actions only (multiwalker)", ["a"]) == {"a": {"continuous"}}
+    assert parse_cell("does not apply: continuous actions only", ["a"]) == {"a": frozenset()}
+    for bad in ("runs", "works; y: fine", "works; a: sometimes"):
+        with pytest.raises(AssertionError):
+            parse_cell(bad, ["a"])
+
+
+# ---------------------------------------------------------------------------- running the algorithms
+_ENVS, _RUNS = {}, {}  # caches: env properties by instance, outcomes by (algo, carrier)
+
+
+def describe(name, env_kwargs, kind):
+    """(adapter class, properties) of one small env, read from the env itself; checks its action type."""
+    key = (name, env_kwargs, kind)
+    if key not in _ENVS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env = make_instance(name, env_kwargs, kind)
+        assert env.discrete == (kind == D), f"{name} {env_kwargs} should have {kind} actions"
+        props = set()
+        if len(env.obs_shape) == 3:
+            props.add("image obs")
+        if len(set(env.obs_dims)) > 1:
+            props.add("heterogeneous obs sizes")
+        if env.has_action_mask:
+            props.add("env action masks")
+        if name in DIES or name == "leaving":
+            props.add("agents die")
+        if name == "butterfly:knights_archers_zombies":
+            arguments = envs.env_arguments(name)
+            assert arguments["killable_knights"] and arguments["killable_archers"]
+        adapter = next(c.__name__ for c in type(env).__mro__ if c.__name__ in ADAPTERS)  # LBF's is a PettingZooVecEnv
+        _ENVS[key] = (adapter, frozenset(props))
+        env.close()
+    return _ENVS[key]
+
+
+def skip_if_missing(family):
+    """Skip, naming the package, where the family's package is not installed."""
+    missing = [p for p in PACKAGES.get(family, []) if importlib.util.find_spec(p) is None]
+    if missing:
+        pytest.skip(f"{family} needs {', '.join(missing)} (pip install -r requirements.txt installs it)")
+
+
+def run_tiny(algo: str, name: str, env_kwargs, kind: str, run_dir: str):
+    """Run the algorithm on one small env: its summary, or the ConfigError it stopped with."""
+    module = importlib.import_module(f"algos.{algo}")
+    fields = {f.name for f in dataclasses.fields(module.Args)}
+    settings = {k: v for k, v in TINY.items() if k in fields}
+    env = "simple_spread" if name == "leaving" else name  # the leaving env replaces make_env below
+    args = make_args(module.Args, env=env, env_kwargs=env_kwargs, run_dir=run_dir, **settings)
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name == "leaving":
+            patch.setattr(module, "make_env", lambda _name, num_envs, seed, *a, **k:
+                          make_instance("leaving", (), kind, num_envs, seed))
+        try:
+            return module.main(args)
+        except ConfigError as err:
+            return err
+
+
+def check_works(algo: str, carrier, tmp_path_factory):
+    """The tiny run on a carrier finishes with finite losses (run once per algorithm and carrier)."""
+    if (algo, carrier) not in _RUNS:
+        _RUNS[(algo, carrier)] = run_tiny(algo, *carrier, str(tmp_path_factory.mktemp("runs")))
+    summary = _RUNS[(algo, carrier)]
+    assert not isinstance(summary, ConfigError), f"{algo} refused {carrier}: {summary}"
+    losses = summary["final_losses"]
+    assert losses, f"{algo} on {carrier} made no update"
+    for key, value in losses.items():
+        if key != "explained_variance":  # nan where a few steps' returns do not vary
+            assert math.isfinite(value), (algo, carrier, key, value)
+    assert math.isfinite(summary["eval_return_mean"])
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("family,algo", CELLS, ids=[f"{f.rstrip(':')}-{a}" for f, a in CELLS])
+def test_cell_holds(family, algo, tmp_path, tmp_path_factory):
+    skip_if_missing(family)
+    column = ALGO_COLUMN[algo]
+    allowed = parse_cell(ROWS[family][column], COLUMNS[column])[algo]
+    for instance in INSTANCES[family]:
+        name, _, kind = instance
+        if kind not in allowed:  # does not apply: refused before training, nothing written
+            run_dir = tmp_path / f"{name}-{kind}".replace(":", "_")
+            outcome = run_tiny(algo, *instance, str(run_dir))
+            assert isinstance(outcome, ConfigError), \
+                f"the table says {algo} does not run on {name} ({kind} actions), but it ran"
+            assert not run_dir.exists() or not any(run_dir.iterdir()), "a refused run wrote its folder"
+            continue
+        adapter, props = describe(*instance)
+        for prop in [None, *sorted(props)]:  # the adapter itself, then each property the env has
+            carrier = CARRIERS.get((adapter, kind, prop))
+            assert carrier is not None, f"no carrier env for {adapter}, {kind} actions, {prop}: add one"
+            skip_if_missing(next((f for f, listed in INSTANCES.items() if carrier in listed), None))
+            carrier_adapter, carrier_props = describe(*carrier)  # it really has what it stands for
+            assert carrier_adapter == adapter and carrier[2] == kind and (prop is None or prop in carrier_props)
+            check_works(algo, carrier, tmp_path_factory)
