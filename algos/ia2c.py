@@ -40,8 +40,9 @@ class Args:
     """CPU threads for torch; the networks are small, and 1 thread leaves a core for the env"""
     run_dir: str = "runs"
     """each run writes <run_dir>/<run_name>/: TensorBoard logs, args.json, checkpoint.pt, summary.json"""
-    total_timesteps: int = 10_000_000
-    """training length in env steps, summed over env copies (one env step = all agents act once)"""
+    total_timesteps: int = 5_000_000
+    """training length in env steps, summed over env copies (one env step = all agents act once); the learning-rate
+    schedule anneals over it"""
     eval_every: int = 100_000
     """greedy evaluation every this many env steps (0 disables it; a final one always runs)"""
     eval_episodes: int = 100

@@ -65,8 +65,9 @@ class Args:
     """registry name (python -c 'import envs; print(envs.known_envs())')"""
     env_kwargs: Tuple[str, ...] = ()
     """scenario arguments as KEY=VALUE, e.g. N=5 max_cycles=50 continuous_actions=true"""
-    num_envs: int = 32
-    """E, env copies stepped together in the rollout"""
+    num_envs: int = 256
+    """E, env copies stepped together in the rollout (256 x 25 steps, 3 epochs x 8 minibatches: MAPPO's defaults,
+    BENCHMARKS.md)"""
 
     # --- algorithm
     num_steps: int = 25
@@ -79,9 +80,9 @@ class Args:
     """discount factor (0.95, as MAPPO's: a horizon near MPE's 25-step episodes learns much faster than 0.99 there)"""
     gae_lambda: float = 0.95
     """lambda of generalised advantage estimation (on the team value V_tot)"""
-    update_epochs: int = 10
+    update_epochs: int = 3
     """passes over each rollout in the update"""
-    num_minibatches: int = 1
+    num_minibatches: int = 8
     """minibatches per epoch"""
     clip_coef: float = 0.2
     """PPO ratio clip"""

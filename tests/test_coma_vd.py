@@ -33,7 +33,7 @@ def tiny(name, tmp_path, **overrides):
     if name == "coma":
         base.update(critic_hidden_sizes=(16,), critic_epochs=2)
     if name == "vdppo":
-        base.update(update_epochs=2)
+        base.update(update_epochs=2, num_minibatches=1)
     base.update(overrides)
     return make_args(ALGOS[name].Args, **base)
 
