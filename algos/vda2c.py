@@ -71,8 +71,9 @@ class Args:
     # --- algorithm
     num_steps: int = 10
     """T, steps per env copy in each rollout (one iteration = T * E env steps and one gradient step)"""
-    learning_rate: float = 1e-3
-    """Adam learning rate of actor, critic and mixer"""
+    learning_rate: float = 3e-3
+    """Adam learning rate (annealed to 0 over --total-timesteps with --anneal-lr; on simple_spread 3e-3 learns
+    several times faster than 1e-3, BENCHMARKS.md) of actor, critic and mixer"""
     anneal_lr: bool = True
     """decay the learning rate linearly over total_timesteps (the last iteration uses lr / num_iterations)"""
     gamma: float = 0.95
