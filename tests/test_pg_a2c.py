@@ -20,7 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = {"ipg": ipg, "ia2c": ia2c, "maa2c": maa2c}
 A2C = [ia2c, maa2c]
 SUMMARY_KEYS = {"algo", "env", "seed", "global_step", "wall_time_s", "sps", "eval_return_mean", "eval_return_std",
-                "eval_episodes", "eval_history", "run_dir", "final_losses"}
+                "eval_episodes", "eval_policy", "eval_history", "run_dir", "final_losses"}
 LOSS_KEYS = {"policy_loss", "value_loss", "entropy", "grad_norm", "explained_variance"}
 GAMMA = 0.9
 
