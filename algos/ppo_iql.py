@@ -81,10 +81,11 @@ class Args:
     """T, steps per env copy in each rollout (one iteration = T * E env steps)"""
 
     # --- policies: which group each algorithm learns
-    ppo_group: str = "adversary"
-    """the group (agent-name prefix, or a name given by --agent-groups) whose policy PPO learns"""
-    iql_group: str = "agent"
-    """the group whose policy IQL learns; every agent must be in one of the two groups"""
+    ppo_group: Optional[str] = None
+    """the group (agent-name prefix, or a name given by --agent-groups) whose policy PPO learns (default: the env's
+    first group, e.g. simple_tag's adversary)"""
+    iql_group: Optional[str] = None
+    """the group whose policy IQL learns (default: the env's second group); every agent must be in one of the two"""
     agent_groups: Tuple[str, ...] = ()
     """NAME=GROUP pairs putting an agent or a whole prefix group in a group (e.g. leadadversary=adversary)"""
     train_groups: Tuple[str, ...] = ()
@@ -164,7 +165,7 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError(f"--push-every must be 0 (never) or positive, got {args.push_every}")
     if not 0.0 < args.tau <= 1.0:
         raise ConfigError(f"--tau must be in (0, 1], got {args.tau}")
-    if args.ppo_group == args.iql_group:
+    if args.ppo_group is not None and args.ppo_group == args.iql_group:
         raise ConfigError(f"--ppo-group and --iql-group must differ, both are {args.ppo_group!r}")
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
@@ -301,17 +302,24 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
 
 
 def group_indices(args: Args, teams) -> Tuple[list, list]:
-    """The agent indices of the PPO and the IQL group; every agent must be in one of them."""
+    """The agent indices of the PPO and the IQL group (by default the env's first and second group);
+    every agent must be in one of them."""
     members = teams.members
     listing = "; ".join(f"{g}: {', '.join(teams.agents[i] for i in idx)}" for g, idx in members.items())
-    for flag, group in (("--ppo-group", args.ppo_group), ("--iql-group", args.iql_group)):
+    names = list(members)
+    ppo_group = args.ppo_group or (names[0] if args.iql_group != names[0] else names[-1])
+    iql_group = args.iql_group or next((g for g in names if g != ppo_group), ppo_group)
+    if ppo_group == iql_group:
+        raise ConfigError(f"{args.env} has one group of agents ({listing}); ppo_iql needs two: split them with "
+                          f"--agent-groups (e.g. {teams.agents[0]}=lead)")
+    for flag, group in (("--ppo-group", ppo_group), ("--iql-group", iql_group)):
         if group not in members:
             raise ConfigError(f"{flag} {group!r} matches no agent of {args.env}; groups (agents): {listing}")
-    others = [g for g in members if g not in (args.ppo_group, args.iql_group)]
+    others = [g for g in names if g not in (ppo_group, iql_group)]
     if others:
         raise ConfigError(f"group(s) {others} are learned by neither algorithm: put them into --ppo-group or "
-                          f"--iql-group with --agent-groups (e.g. {others[0]}={args.ppo_group}); groups: {listing}")
-    return members[args.ppo_group], members[args.iql_group]
+                          f"--iql-group with --agent-groups (e.g. {others[0]}={ppo_group}); groups: {listing}")
+    return members[ppo_group], members[iql_group]
 
 
 def checkpoint_payload(args, teams, nets, optimizers, value_norm, reward_norm, replay, shuffle_gen, global_step,
