@@ -369,6 +369,7 @@ def main(args: Args) -> dict:
     ppo_idx, iql_idx = torch.as_tensor(ppo_list, device=device), torch.as_tensor(iql_list, device=device)
     Np, Nq = len(ppo_list), len(iql_list)
     ppo_trains, iql_trains = teams.trained[ppo_list[0]], teams.trained[iql_list[0]]
+    groups = teams.members  # {group: agent indices}: per-group returns, charts/team_<group>/...
     dim_mask = torch.as_tensor(envs.action_dim_mask)
     actor, critic, q_net = build_networks(args, envs, Np, Nq, dim_mask[ppo_list], dim_mask[iql_list], device)
     target_q = copy.deepcopy(q_net)  # TD targets (a shared encoder is copied too: the target lags as a whole)
@@ -559,7 +560,6 @@ def main(args: Args) -> dict:
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        groups = teams.members  # per-group returns: charts/team_<group>/..., eval/team_<group>/...
         recorder.maybe_evaluate(eval_envs, joint, global_step, groups)  # greedy, every --eval-every env steps
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
                                charts={"epsilon": epsilon},
@@ -570,7 +570,7 @@ def main(args: Args) -> dict:
                 args, teams, nets, optimizers, value_norm, reward_norm, replay, shuffle_gen, global_step, iteration))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, joint, global_step, teams.members)
+    recorder.final_evaluation(eval_envs, joint, global_step, groups)
     save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
         args, teams, nets, optimizers, value_norm, reward_norm, replay, shuffle_gen, global_step, args.num_iterations))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
