@@ -14,3 +14,8 @@ __all__ = ["MLP", "AgentLinear", "make_linear", "RecurrentCore", "AgentNet", "Ac
            "QPLEXMixer", "QPolicy", "GreedyQ", "DeterministicActor", "SquashedGaussianActor", "NonMonotonicMixer",
            "GraphNet", "MessagePassing", "adjacency", "edge_features",
            "encoder_for", "CNNEncoder", "FlatEncoder", "MultiEncoder"]
+from nets.shared import (EncodedPolicy, check_policy_output, gradients_reach, same_parameters, shared_between,
+                         trainable_parameters)
+
+__all__ += ["EncodedPolicy", "check_policy_output", "gradients_reach", "same_parameters", "shared_between",
+            "trainable_parameters"]

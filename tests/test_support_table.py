@@ -145,7 +145,7 @@ def read_table():
         lines = [line.strip() for line in f]
     start = next(i for i, line in enumerate(lines) if line.startswith("| env family |"))
     header = [c.strip() for c in lines[start].strip("|").split("|")]
-    columns = [re.findall(r"`([a-z0-9]+)`", cell) for cell in header[1:]]
+    columns = [re.findall(r"`([a-z0-9_]+)`", cell) for cell in header[1:]]
     rows = {}
     for line in lines[start + 2:]:
         if not line.startswith("|"):
@@ -157,7 +157,7 @@ def read_table():
 
 
 VERDICT = re.compile(r"^(works)(?: with (discrete|continuous) actions only)?(?: \(.*\))?$|^does not apply: .+$")
-EXCEPTION = re.compile(r"^([a-z0-9]+(?:, [a-z0-9]+)*): (?:(discrete|continuous) actions only(?: \(.*\))?"
+EXCEPTION = re.compile(r"^([a-z0-9_]+(?:, [a-z0-9_]+)*): (?:(discrete|continuous) actions only(?: \(.*\))?"
                        r"|(does not apply): .+)$")
 BOTH = frozenset({D, C})
 
@@ -250,6 +250,10 @@ def run_tiny(algo: str, name: str, env_kwargs, kind: str, run_dir: str):
     fields = {f.name for f in dataclasses.fields(module.Args)}
     settings = {k: v for k, v in TINY.items() if k in fields}
     env = "simple_spread" if name == "leaving" else name  # the leaving env replaces make_env below
+    if "agent_groups" in fields and "iql_group" in fields:  # ppo_iql: one policy per group, so two groups
+        agents = envs.make_env(env, 1, 0, envs.parse_env_kwargs(env_kwargs)).agents if name != "leaving" else ["a", "b"]
+        if len({re.sub(r"_\d+$", "", a) for a in agents}) == 1:  # one group by name: the first agent leads one
+            settings["agent_groups"] = (f"{agents[0]}=lead",)
     args = make_args(module.Args, env=env, env_kwargs=env_kwargs, run_dir=run_dir, **settings)
     with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings():
         warnings.simplefilter("ignore")
