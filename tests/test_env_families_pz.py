@@ -340,9 +340,10 @@ class LeavingAgent:
 
     possible_agents = ["a", "b"]
 
-    def __init__(self):
+    def __init__(self, continuous: bool = False):
         from gymnasium import spaces
-        self.obs_space, self.act_space = spaces.Box(-1, 1, (3,)), spaces.Discrete(2)
+        self.obs_space = spaces.Box(-1, 1, (3,))
+        self.act_space = spaces.Box(-1, 1, (2,)) if continuous else spaces.Discrete(2)
         self.rng = np.random.default_rng(0)
 
     def observation_space(self, agent):

@@ -27,14 +27,12 @@ import os
 import re
 import warnings
 
-import numpy as np
 import pytest
 import torch
-from gymnasium import spaces
-
 import envs
 import run
 from common.cli import ConfigError, make_args
+from tests.test_env_families_pz import LeavingAgent  # two agents, the second dies in step 2 of 4
 
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 
@@ -91,44 +89,6 @@ TINY = dict(num_envs=2, num_steps=4, total_timesteps=8, eval_every=0, eval_episo
             critic_hidden_sizes=(16,), mixer_embed_dim=8, hypernet_hidden=16, mixer_hidden=16, update_epochs=1,
             num_minibatches=1, critic_minibatches=1, chunk_len=4, batch_size=2, buffer_size=64, learning_starts=0,
             updates_per_iteration=1, policy_delay=1, bootstrap_cut=True)
-
-
-class LeavingAgent:
-    """Two agents, 4-step episodes; agent "b" dies in step 2 (terminated there, gone after)."""
-
-    possible_agents = ["a", "b"]
-
-    def __init__(self, continuous: bool):
-        self.obs_space = spaces.Box(-1, 1, (3,))
-        self.act_space = spaces.Box(-1, 1, (2,)) if continuous else spaces.Discrete(2)
-        self.rng = np.random.default_rng(0)
-
-    def observation_space(self, agent):
-        return self.obs_space
-
-    def action_space(self, agent):
-        return self.act_space
-
-    def _obs(self):
-        return {a: self.rng.uniform(-1, 1, 3).astype(np.float32) for a in self.agents}
-
-    def reset(self, seed=None, options=None):
-        if seed is not None:
-            self.rng = np.random.default_rng(seed)
-        self.t, self.agents = 0, ["a", "b"]
-        return self._obs(), {a: {} for a in self.agents}
-
-    def step(self, actions):
-        self.t += 1
-        live = list(self.agents)
-        reward = {a: 1.0 for a in live}
-        term = {a: a == "b" and self.t == 2 for a in live}
-        trunc = {a: self.t == 4 for a in live}
-        self.agents = [a for a in live if not term[a] and not trunc[a]]
-        return self._obs(), reward, term, trunc, {a: {} for a in live}
-
-    def close(self):
-        pass
 
 
 def make_instance(name, env_kwargs, kind, num_envs=1, seed=0):
