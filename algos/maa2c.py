@@ -16,8 +16,8 @@ import torch
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, parse_args
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              rng_state, save_checkpoint, seed_everything, start_or_resume)
+from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, checkpoint_for_evaluation, pick_device,
+                              report_greedy_evaluation, rng_state, save_checkpoint, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, ValueNorm, explained_variance
 
@@ -130,11 +130,7 @@ def build_networks(args: Args, env, device):
     action_size = env.n_actions if env.discrete else env.action_dim
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
                   args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
-    if args.critic_input == "concat_obs" and len(env.obs_shape) > 1:
-        raise ConfigError(f"--critic-input concat_obs needs flat observations; {args.env} has images {env.obs_shape}: "
-                          "use --critic-input state")
-    critic_dim = ((env.state_shape if len(env.state_shape) == 3 else env.state_dim) if args.critic_input == "state"
-                  else env.n_agents * env.obs_dim)
+    critic_dim = centralised_input_shape(args, env)  # the state (an image gets a CNN) or all observations
     critic = Critic(critic_dim, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
                     args.activation).to(device)
     return actor, critic

@@ -17,8 +17,8 @@ from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, parse_args
 from common.groups import (agent_names, assign_groups, check_share_params, load_group, make_teams, parameter_sets,
                            parse_pairs)
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              rng_state, save_checkpoint, seed_everything, start_or_resume)
+from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, checkpoint_for_evaluation, pick_device,
+                              report_greedy_evaluation, rng_state, save_checkpoint, seed_everything, start_or_resume)
 from envs import agent_feature_slices, make_env, parse_env_kwargs
 from nets import Actor, Critic, GraphNet, ValueNorm, explained_variance
 
@@ -224,18 +224,13 @@ def build_networks(args: Args, env, device):
     --critic-model gnn a graph over the agents replaces the per-agent MLP (the critic then pools it)."""
     action_size = env.n_actions if env.discrete else env.action_dim
     obs_shape = env.obs_shape  # (obs_dim,), or (H, W, C) for images
-    state_shape = env.state_shape
     # Parameter set of every agent: None for all/none (shared / per agent), its group's for group.
     sets = parameter_sets(args.share_params, assign_groups(agent_names(env), args.agent_groups)[1])
     shared = args.share_params == "all"
     actor_net = graph_net(args, env, action_size, out_gain=0.01) if args.actor_model == "gnn" else None
     actor = Actor(obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
                   shared, args.hidden_sizes, args.recurrent, args.activation, param_groups=sets, net=actor_net).to(device)
-    if args.critic_input == "concat_obs" and len(obs_shape) > 1:
-        raise ConfigError(f"--critic-input concat_obs needs flat observations; {args.env} has images {obs_shape}: "
-                          "use --critic-input state")
-    critic_dim = ((state_shape if len(state_shape) == 3 else env.state_dim) if args.critic_input == "state"
-                  else env.n_agents * env.obs_dim)
+    critic_dim = centralised_input_shape(args, env)  # the state (an image gets a CNN) or all observations
     critic_net = graph_net(args, env, 1, 1.0, args.gnn_critic_pool) if args.critic_model == "gnn" else None
     critic = Critic(critic_dim, env.n_agents, shared, args.hidden_sizes, args.recurrent,
                     args.activation, param_groups=sets, net=critic_net).to(device)

@@ -180,10 +180,27 @@ def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = T
     return np.asarray(returns)
 
 
+def eval_policy(args) -> str:
+    """How evaluation acts: "greedy" (the policy's mode; every file's default) or "sampled"
+    (`--eval-policy sampled`, in the files that have the flag)."""
+    return getattr(args, "eval_policy", "greedy")
+
+
 def greedy_eval(args) -> bool:
-    """Whether evaluation takes the policy's mode (the default) or samples from it (`--eval-policy
-    sampled`, in the files that have the flag)."""
-    return getattr(args, "eval_policy", "greedy") == "greedy"
+    """Whether evaluation takes the policy's mode rather than sampling from it."""
+    return eval_policy(args) == "greedy"
+
+
+def centralised_input_shape(args, env) -> Tuple[int, ...]:
+    """The shape of what a centralised critic reads with `--critic-input`: the global state (an
+    image state keeps its (H, W, C), for a CNN) or all agents' observations concatenated (flat
+    observations only: images are refused, naming --critic-input state)."""
+    if args.critic_input == "state":
+        return tuple(env.state_shape) if len(env.state_shape) == 3 else (env.state_dim,)
+    if len(env.obs_shape) > 1:
+        raise ConfigError(f"--critic-input concat_obs needs flat observations; {args.env} has images {env.obs_shape}: "
+                          "use --critic-input state")
+    return (env.n_agents * env.obs_dim,)
 
 
 def save_gif(frames, path: str, fps: int = 10) -> None:
@@ -341,7 +358,7 @@ class RunRecorder:
         summary = {"algo": self.algo, "env": self.args.env, "seed": self.args.seed, "global_step": global_step,
                    "wall_time_s": time.time() - self.start_time, "sps": self.sps(global_step),
                    "eval_return_mean": float(returns.mean()), "eval_return_std": float(returns.std()),
-                   "eval_episodes": int(len(returns)), "eval_policy": getattr(self.args, "eval_policy", "greedy"),
+                   "eval_episodes": int(len(returns)), "eval_policy": eval_policy(self.args),
                    "eval_history": self.eval_history, "run_dir": self.run_path,
                    "final_losses": final_losses}
         if self.eval_group_returns:  # files with groups of agents (MAPPO, IPPO)
