@@ -104,6 +104,12 @@ class Args:
     share_params: Literal["all", "group", "none"] = "all"
     """all: one actor and one critic for every agent; group: one pair per group (--agent-groups), shared by its
     agents; none: one pair per agent. A network serving several agents gets an agent-id one-hot"""
+    share_critic: bool = False
+    """one centralised critic for every agent, whatever --share-params gives the actors: with group or none the
+    actors stay one per group / per agent while a single critic (with the agent-id one-hot, so it knows whose value it
+    predicts) serves all agents and is trained by the value losses of every learning group (--train-groups); value
+    statistics stay per group, and --load-group then loads a group's actor only. With all the critic is shared
+    already (accepted, changes nothing); with --critic-model gnn only there"""
     critic_input: Literal["state", "concat_obs"] = "state"
     """what the centralised critic sees: the env's global state, or every agent's observation concatenated"""
     recurrent: Literal["none", "gru", "lstm"] = "none"
@@ -149,8 +155,8 @@ class Args:
     """groups that learn (default: every group); the others act with fixed weights (needs --share-params group or
     none)"""
     load_group: Tuple[str, ...] = ()
-    """GROUP=CHECKPOINT pairs: start GROUP's actor (and, from a run of this algorithm, its critic) from another run's
-    checkpoint or run folder, e.g. a trained opponent kept fixed with --train-groups"""
+    """GROUP=CHECKPOINT pairs: start GROUP's actor (and, from a run of this algorithm and without --share-critic, its
+    critic) from another run's checkpoint or run folder, e.g. a trained opponent kept fixed with --train-groups"""
 
     @property
     def batch_size(self) -> int:
@@ -191,6 +197,9 @@ def validate(args: Args) -> None:
     if args.critic_model == "gnn" and args.gnn_critic_pool == "none" and args.gnn_topology == "empty":
         raise ConfigError("a GNN critic with --gnn-topology empty and --gnn-critic-pool none sees only each agent's "
                           "own observation (that is IPPO); use --gnn-critic-pool mean or another topology")
+    if args.share_critic and args.critic_model == "gnn" and args.share_params != "all":
+        raise ConfigError("--share-critic builds one MLP critic with an agent-id one-hot; with --critic-model gnn use "
+                          "--share-params all (one GNN critic for every agent) or drop --share-critic")
     if "gnn" in (args.actor_model, args.critic_model) and args.share_params == "group":
         raise ConfigError("--share-params group is not available with GNN models yet; use all (one GNN for every "
                           "agent) or none (one GNN per agent)")
@@ -219,7 +228,8 @@ def graph_net(args: Args, env, out_dim: int, out_gain: float, pool: str = "none"
 
 def build_networks(args: Args, env, device):
     """Decentralised actor on local obs; centralised critic on the global state (one of each per
-    agent, per group or for all, as --share-params says). Image observations (obs_shape (H, W, C))
+    agent, per group or for all, as --share-params says; --share-critic makes the critic one for all
+    whatever the actors are). Image observations (obs_shape (H, W, C))
     and image states get a small CNN in front (nets.encoder_for). With --actor-model /
     --critic-model gnn a graph over the agents replaces the per-agent MLP (the critic then pools it)."""
     action_size = env.n_actions if env.discrete else env.action_dim
@@ -232,8 +242,10 @@ def build_networks(args: Args, env, device):
                   shared, args.hidden_sizes, args.recurrent, args.activation, param_groups=sets, net=actor_net).to(device)
     critic_dim = centralised_input_shape(args, env)  # the state (an image gets a CNN) or all observations
     critic_net = graph_net(args, env, 1, 1.0, args.gnn_critic_pool) if args.critic_model == "gnn" else None
-    critic = Critic(critic_dim, env.n_agents, shared, args.hidden_sizes, args.recurrent,
-                    args.activation, param_groups=sets, net=critic_net).to(device)
+    # --share-critic: one parameter set serves every agent (the one-hot tells it whose value to predict), so the
+    # masked value loss over all agents sends every group's errors into the same weights.
+    critic = Critic(critic_dim, env.n_agents, shared or args.share_critic, args.hidden_sizes, args.recurrent,
+                    args.activation, param_groups=None if args.share_critic else sets, net=critic_net).to(device)
     return actor, critic
 
 
@@ -340,10 +352,16 @@ def main(args: Args) -> dict:
     group_onehot = torch.nn.functional.one_hot(torch.as_tensor(teams.group_of_agent)).float().to(device)  # (N, G)
     trained = torch.as_tensor(teams.trained, dtype=torch.float32, device=device)  # (N,) 1 where the group learns
     actor, critic = build_networks(args, envs, device)
-    value_norm = ValueNorm(groups=teams.group_of_agent).to(device)  # statistics per group: rival returns never mix
+    # Statistics per group: rival returns never mix. A shared critic keeps them too: it predicts each agent's value
+    # in that agent's group's units (the one-hot says which), so a cooperative team whose groups see one return gets
+    # equal statistics anyway, while rivals' returns (a predator's +10 is the prey's -10) are each scaled to unit
+    # size, and neither group's value loss swamps the other's in the weights they share.
+    value_norm = ValueNorm(groups=teams.group_of_agent).to(device)
+    # A shared critic serves every group, so one group's critic cannot be put into it: only the actor loads.
+    loaded = {"actor": actor} if args.share_critic else {"actor": actor, "critic": critic}
     for group, path in teams.load.items():  # e.g. a trained opponent from an earlier run
-        load_group(path, group, "mappo", teams.agents, teams.names, teams.group_of_agent,
-                   {"actor": actor, "critic": critic}, value_norm)
+        load_group(path, group, "mappo", teams.agents, teams.names, teams.group_of_agent, loaded,
+                   None if args.share_critic else value_norm)
     optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=args.learning_rate, eps=1e-5)
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
@@ -351,6 +369,9 @@ def main(args: Args) -> dict:
     global_step, start_iteration = 0, 1
     ckpt, run_path = start_or_resume(args, "mappo", device)  # a resumed run gets its RNG states back
     if ckpt is not None:
+        if ckpt["args"].get("share_critic", False) != args.share_critic:
+            raise ConfigError(f"--resume {args.resume}: that run was saved with share_critic="
+                              f"{ckpt['args'].get('share_critic', False)}; resume it without --share-critic/--no-share-critic")
         actor.load_state_dict(ckpt["actor"])
         critic.load_state_dict(ckpt["critic"])
         value_norm.load_state_dict(ckpt["value_norm"])

@@ -153,7 +153,9 @@ def load_group(path: str, group: str, algo: str, agents: Sequence[str], groups: 
             rows, rows_src = net.agent_rows()[name], src_rows.get(name)
             if rows is None or rows_src is None:
                 raise ConfigError(f"--load-group {group}={path}: {key} parameter {name} is shared by every agent "
-                                  "in one of the runs; groups need --share-params group or none in both")
+                                  f"{'here' if rows is None else 'in that run'} (--share-params all, or MAPPO's "
+                                  "--share-critic for the critic), so no group's part can be copied; groups need "
+                                  "--share-params group or none in both (with --share-critic here, only the actor loads)")
             src = state[name]
             if src.shape[1:] != param.shape[1:]:
                 raise ConfigError(f"--load-group {group}={path}: {key} parameter {name} is {tuple(src.shape[1:])} "
