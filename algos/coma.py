@@ -24,7 +24,7 @@ from common.cli import ConfigError, parse_args
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
                               rng_state, save_checkpoint, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
-from nets import Actor, AgentNet, ValueNorm, explained_variance
+from nets import Actor, AgentNet, MaskedCategorical, ValueNorm, explained_variance
 
 
 # ============================================================================ 1. ARGS
@@ -97,7 +97,15 @@ class Args:
     """normalise advantages to zero mean and unit std over the rollout (live agent-steps); off, they stay in
     the critic's units (ValueNorm units with --value-norm), where they are tiny next to the entropy bonus"""
     ent_coef: float = 0.01
-    """entropy bonus coefficient"""
+    """entropy bonus coefficient (on the actor's own policy, not the epsilon mix)"""
+    eps_start: float = 0.5
+    """exploration: agents act from (1 - eps) pi + eps uniform over their available actions, and the
+    actor's gradient and the baseline use that mixed policy (as pymarl's COMA). Every action keeps being
+    tried, so the critic keeps learning Q for the actions the policy is moving away from"""
+    eps_finish: float = 0.05
+    """... eps at the end of the anneal (evaluation is greedy on pi, without the mix)"""
+    eps_anneal_steps: int = 500_000
+    """env steps over which eps falls linearly from eps_start to eps_finish"""
     max_grad_norm: float = 10.0
     """gradient-norm clip, applied to actor and critic separately"""
     value_norm: bool = True
@@ -137,6 +145,11 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError(f"--tau must be in (0, 1], got {args.tau}")
     if not 0.0 <= args.td_lambda <= 1.0:
         raise ConfigError(f"--td-lambda must be in [0, 1], got {args.td_lambda}")
+    for name in ("eps_start", "eps_finish"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    if args.eps_anneal_steps < 0:
+        raise ConfigError(f"--eps-anneal-steps must be at least 0, got {args.eps_anneal_steps}")
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
     if env is not None and not env.discrete:
@@ -187,6 +200,20 @@ def counterfactual_advantage(q: torch.Tensor, probs: torch.Tensor, actions: torc
     q_taken = q.gather(-1, actions[..., None]).squeeze(-1)  # (..., N)
     baseline = (probs * q).sum(-1)  # (..., N)
     return q_taken - baseline
+
+
+def epsilon_at(args: Args, global_step: int) -> float:
+    """Linear anneal of the exploration mix from eps_start to eps_finish over eps_anneal_steps."""
+    frac = min(1.0, global_step / args.eps_anneal_steps) if args.eps_anneal_steps > 0 else 1.0
+    return args.eps_start + frac * (args.eps_finish - args.eps_start)
+
+
+def explore(dist: MaskedCategorical, epsilon: float) -> MaskedCategorical:
+    """The behaviour policy (1 - eps) pi + eps * uniform over the available actions (pymarl's COMA).
+    Masked actions keep probability 0; gradients flow through pi."""
+    available = (dist.logits > torch.finfo(dist.logits.dtype).min / 2).float()  # masked: logit at the floor
+    probs = (1.0 - epsilon) * dist.probs + epsilon * available / available.sum(-1, keepdim=True)
+    return MaskedCategorical(probs.clamp(min=1e-38).log(), available.bool())
 
 
 def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
@@ -308,6 +335,7 @@ def main(args: Args) -> dict:
         buffer.reset_current_episode()
         # The actor's update replays each copy's whole rollout as one sequence from this state.
         first_actor_state = actor_state
+        epsilon = epsilon_at(args, global_step)  # one exploration rate for the rollout and its actor step
         for step in range(T):
             global_step += E
             # The buffer keeps every entry per agent: the global state is stored once per agent,
@@ -317,7 +345,7 @@ def main(args: Args) -> dict:
                 extras["action_masks"] = mask
             with torch.no_grad():
                 dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
-                action = dist.sample()  # (1, E, N)
+                action = explore(dist, epsilon).sample()  # (1, E, N)
             result = envs.step(action[0])  # a torch env keeps it on the device
             final_state = torch.as_tensor(result.final_state, device=device)  # true s_{t+1}, before auto-reset
             final_action = torch.zeros_like(action[0])  # (E, N)
@@ -327,7 +355,7 @@ def main(args: Args) -> dict:
                 final_mask = None if final_mask is None else torch.as_tensor(final_mask, device=device)[None]
                 with torch.no_grad():
                     final_dist, _ = actor(final_obs[None], actor_state, torch.zeros_like(starts)[None], final_mask)
-                    final_action = final_dist.sample()[0]
+                    final_action = explore(final_dist, epsilon).sample()[0]
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
                 states=obs, actions=action[0], rewards=torch.as_tensor(result.reward, device=device),
@@ -345,7 +373,7 @@ def main(args: Args) -> dict:
             train_lengths.extend(result.episode_length[result.done].tolist())
         with torch.no_grad():  # a_T ~ pi(. | o_T): bootstraps the last step wherever its episode goes on
             last_dist, _ = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
-            last_action = last_dist.sample()[0]  # (E, N)
+            last_action = explore(last_dist, epsilon).sample()[0]  # (E, N)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
@@ -400,10 +428,11 @@ def main(args: Args) -> dict:
 
         # Then one actor step on the whole rollout, with the counterfactual advantage of the updated critic.
         dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
-        logprob, entropy = dist.log_prob(actions), dist.entropy()  # (T, E, N)
+        behaviour = explore(dist, epsilon)  # the policy the actions were drawn from
+        logprob, entropy = behaviour.log_prob(actions), dist.entropy()  # (T, E, N)
         with torch.no_grad():
             q = critic(inputs)[0]  # (T, E, N, A): Q_i(s, (a_-i, a)) for every own action a, critic units
-            advantages = counterfactual_advantage(q, dist.probs.detach(), actions)  # (T, E, N)
+            advantages = counterfactual_advantage(q, behaviour.probs.detach(), actions)  # (T, E, N)
             if args.norm_adv:
                 adv_mean = masked_mean(advantages, alive)
                 adv_std = masked_mean((advantages - adv_mean) ** 2, alive).sqrt()
@@ -425,7 +454,7 @@ def main(args: Args) -> dict:
 # ============================================================================ 8. LOGGING
         recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy, every --eval-every env steps
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
-                               charts={"learning_rate": actor_optimizer.param_groups[0]["lr"]},
+                               charts={"learning_rate": actor_optimizer.param_groups[0]["lr"], "epsilon": epsilon},
                                console={"td_loss": stats["td_loss"], "entropy": stats["entropy"]})
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):

@@ -58,6 +58,24 @@ def test_counterfactual_baseline_by_hand():
     torch.testing.assert_close(expected, torch.zeros(4, 3), atol=1e-6, rtol=0)
 
 
+def test_coma_exploration_mix():
+    """(1 - eps) pi + eps uniform over the available actions: masked actions stay at 0, eps 0 is pi,
+    eps 1 is uniform, gradients reach the logits, and the anneal runs from eps_start to eps_finish."""
+    from nets import MaskedCategorical
+    logits = torch.tensor([[2.0, 0.0, -1.0, 0.5]], requires_grad=True)
+    mask = torch.tensor([[True, True, False, True]])
+    pi = MaskedCategorical(logits, mask)
+    torch.testing.assert_close(coma.explore(pi, 0.0).probs, pi.probs)
+    torch.testing.assert_close(coma.explore(pi, 1.0).probs, torch.tensor([[1 / 3, 1 / 3, 0.0, 1 / 3]]))
+    mixed = coma.explore(pi, 0.3)
+    torch.testing.assert_close(mixed.probs, 0.7 * pi.probs + 0.1 * mask.float())
+    assert mixed.probs[0, 2] == 0.0 and not bool((mixed.sample((2000,)) == 2).any())
+    mixed.log_prob(torch.tensor([1])).sum().backward()
+    assert logits.grad.abs().sum() > 0
+    args = coma.Args(eps_start=0.5, eps_finish=0.05, eps_anneal_steps=1000)
+    assert [coma.epsilon_at(args, s) for s in (0, 500, 1000, 5000)] == pytest.approx([0.5, 0.275, 0.05, 0.05])
+
+
 def test_critic_inputs_hide_own_action():
     """Agent i's row: the state, its own observation, the others' one-hot actions, its own block zero
     (three inputs, which the critic concatenates after encoding each)."""
