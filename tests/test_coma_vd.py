@@ -330,3 +330,19 @@ def test_resume_and_evaluate_checkpoint(tmp_path, name):
     with pytest.raises(ConfigError, match=f"algos/{name}.py"):
         ALGOS[other].main(tiny(other, tmp_path, evaluate_checkpoint=run_path))
 
+
+
+def test_coma_critic_check_runs_on_a_checkpoint(tmp_path):
+    """benchmarks/coma_critic_check.py: Monte Carlo copies of torch: worlds against the critic's Q over own actions."""
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import coma_critic_check
+    summary = coma.main(tiny("coma", tmp_path))
+    r = coma_critic_check.check(summary["run_dir"], states=4, copies=3, t0=2, agent=1, seed=0)
+    assert -1.0 <= r["correlation"] <= 1.0 and r["chance"] == pytest.approx(0.2)
+    assert r["mc_standard_error"] > 0 and r["mc_spread"] > 0  # the forced own actions change the return
+    assert -80.0 < r["mc_mean"] < 0.0  # discounted team reward of 23 steps plus the critic's bootstrap
+    other = mappo.main(make_args(mappo.Args, num_envs=2, num_steps=5, total_timesteps=10, eval_episodes=1,
+                                 eval_num_envs=1, hidden_sizes=(8,), cuda=False, run_dir=str(tmp_path / "m"),
+                                 env="torch:simple_spread"))
+    with pytest.raises(SystemExit, match="COMA runs"):
+        coma_critic_check.check(other["run_dir"], states=2, copies=1, t0=1, agent=0, seed=0)
