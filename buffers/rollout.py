@@ -15,10 +15,12 @@ time limits (bootstrap from `next_state_values`). The buffer does no RL maths.
 `batch()` turns the stored steps into whole `(T, E, N, ...)` tensors on the training
 device, for on-policy updates; `sample_episodes()` pads stored episodes for replay.
 
-For replay, every completed episode is also written once into a preallocated, zero-padded
-store, one `(slots, E, T_cap, N, ...)` tensor per key, and its per-step lists become views of
-that store (no second copy). Drawing a batch is then one `index_select` per key instead of a
-Python loop that slices and pads every drawn sequence: the same tensors, about 10x cheaper.
+For replay, every completed episode is also written once (at the first `sample_episodes` call
+after it ended) into a preallocated, zero-padded store, one `(slots, E, T_cap, N, ...)` tensor
+per key, and its per-step lists become views of that store (no second copy). Drawing a batch
+is then one `index_select` per key instead of a Python loop that slices and pads every drawn
+sequence: the same tensors, about 4x cheaper for 32 simple_spread sequences. On-policy users,
+which never sample, never build the store.
 """
 from collections import deque
 from collections.abc import Sequence
@@ -88,7 +90,8 @@ class MultiAgentRolloutBuffer:
         self._lengths = torch.zeros(0, dtype=torch.long)  # (slots,) steps stored in each slot
         self._free: List[int] = []  # slots whose episode was dropped
         self._next_slot = 0  # slots ever handed out
-        self._unslotted = 0  # stored episodes that did not fit the store
+        self._unfit = 0  # stored episodes that did not fit the store
+        self._pending = 0  # newest episodes not yet written to the store (on-policy users never sample)
         self.reset_current_episode()
 
     def reset_current_episode(self) -> None:
@@ -149,15 +152,23 @@ class MultiAgentRolloutBuffer:
         return ep
 
     def _append_episode(self, ep: Dict) -> None:
-        """Append a completed episode, dropping the oldest at capacity, and write it into the store."""
+        """Append a completed episode, dropping the oldest at capacity (and freeing its store slot)."""
         if self.capacity is not None and len(self.episodes) == self.capacity:  # the deque drops the oldest
             if "_slot" in self.episodes[0]:
                 self._free.append(self.episodes[0]["_slot"])
-            else:
-                self._unslotted -= 1
+            self._unfit -= bool(self.episodes[0].get("_unfit"))
         self.episodes.append(ep)
-        self._store_episode(ep)
-        self._unslotted += "_slot" not in ep
+        self._pending = min(self._pending + 1, len(self.episodes))
+
+    def _flush_pending(self) -> None:
+        """Write the newest, not yet stored episodes into the store (done when replay first needs them)."""
+        for i in range(len(self.episodes) - self._pending, len(self.episodes)):
+            ep = self.episodes[i]
+            self._store_episode(ep)
+            if "_slot" not in ep:
+                ep["_unfit"] = True
+                self._unfit += 1
+        self._pending = 0
 
     def _store_episode(self, ep: Dict) -> None:
         """Write ep's (T, E, N, ...) tensors into a free slot of the padded store and make its per-step
@@ -231,7 +242,8 @@ class MultiAgentRolloutBuffer:
         """
         if not self.episodes:
             raise ValueError("no completed episodes stored; call end_episode() first")
-        if self._store and self._unslotted == 0:  # every stored episode has the store's E copies
+        self._flush_pending()
+        if self._store and self._unfit == 0:  # every stored episode has the store's E copies
             E = next(iter(self._store.values())).shape[1]
             picks = torch.randint(len(self.episodes) * E, (batch_size,), generator=generator)
             episode_idx, copy_idx = (picks // E).tolist(), (picks % E).tolist()

@@ -208,17 +208,28 @@ def test_sample_episodes_padded_store_matches_per_episode_padding(capacity):
         fast.reset_current_episode()
         fill(fast, steps=steps, offset=1000.0 * i + 1)
         fast.end_episode()
-    assert all("_slot" in ep for ep in fast.episodes)
+        if i == 2:
+            fast.sample_episodes(4)  # builds the store from the first three; later ones join at the next draw
+    assert len(fast.episodes) == (capacity or 7)
     slow = MultiAgentRolloutBuffer(N, capacity=capacity)
+    slow._store_episode = lambda ep: None  # no episode gets a slot: sample_episodes pads episode by episode
     slow.load_state_dict(fast.state_dict())
-    for ep in slow.episodes:
-        del ep["_slot"]  # no slot: sample_episodes pads episode by episode
     for keys in (None, ("rewards", "states")):
         a = fast.sample_episodes(64, torch.Generator().manual_seed(3), keys=keys)
         b = slow.sample_episodes(64, torch.Generator().manual_seed(3), keys=keys)
         assert a.keys() == b.keys()
         for k in a:
             assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+    assert all("_slot" in ep for ep in fast.episodes) and not any("_slot" in ep for ep in slow.episodes)
     # the per-agent lists still read the stored values (views of the store)
     last = fast.episodes[-1]
     assert last["rewards"][1][0][2].item() == 1000.0 * 6 + 1 + 10 * 2 + 1
+
+
+def test_on_policy_use_never_builds_the_replay_store():
+    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    for _ in range(3):
+        buffer.reset_current_episode()
+        fill(buffer)
+        buffer.end_episode()
+    assert not buffer._store and "_slot" not in buffer.episodes[-1]
