@@ -202,9 +202,10 @@ def with_final_step(x: torch.Tensor, final: torch.Tensor, lengths: torch.Tensor)
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
-    with torch.no_grad():
-        for t, o in zip(target.parameters(), online.parameters()):
-            t.lerp_(o, tau)
+    pairs = list(zip(target.parameters(), online.parameters()))
+    if pairs:  # (VDN's sum has none)
+        with torch.no_grad():  # one multi-tensor call, not a Python loop over the tensors
+            torch._foreach_lerp_([t for t, _ in pairs], [o for _, o in pairs], tau)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -247,7 +248,7 @@ def main(args: Args) -> dict:
     agents, mixer = build_networks(args, envs, device)
     target_agents, target_mixer = copy.deepcopy(agents), copy.deepcopy(mixer)
     params = list(agents.parameters()) + list(mixer.parameters())
-    optimizer = torch.optim.Adam(params, lr=args.learning_rate)
+    optimizer = torch.optim.Adam(params, lr=args.learning_rate, foreach=True)  # multi-tensor step
     reward_norm = ValueNorm().to(device)  # running statistics of the team reward (only its scale is used)
     # One stored "episode" holds E copies, so the replay keeps buffer_size // E of them.
     buffer = MultiAgentRolloutBuffer(N, capacity=max(1, args.buffer_size // E))

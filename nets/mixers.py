@@ -11,7 +11,8 @@ All take per-agent values with the agent axis last, `qs (..., N)`, and the globa
   positive state-dependent scale, and Q_tot = sum_i V_i + sum_i lambda_i(s, a) A_i with
   lambda_i > 0 from attention over agents; since A_i <= 0 with equality at agent i's greedy
   action, the individually greedy joint action maximises Q_tot (the IGM principle) without
-  restricting Q_tot to be monotone.
+  restricting Q_tot to be monotone. The advantage term carries a stopped gradient, as in the
+  authors' code.
 - NonMonotonicMixer (Peng et al. 2021, FACMAC): QMixer's architecture with unconstrained weights,
   for actor-critic methods that never take an argmax over Q_tot.
 """
@@ -89,14 +90,19 @@ class QPLEXMixer(nn.Module):
         state = state.reshape(B, -1)
         w = self.weight(state).abs() + 1e-10  # (B, N), positive
         b = self.bias(state)  # (B, N)
-        q = w * qs + b
+        q = w * qs + b  # (B, N) transformed utilities of the actions taken
         v = w * max_qs + b  # V_i = max_a Q_i after the same transformation
-        adv = q - v  # A_i <= 0, zero at agent i's greedy action
         joint = torch.cat([state, actions_onehot.reshape(B, -1)], dim=-1)
         key = self.key(state).abs().view(B, self.n_heads, 1)  # (B, H, 1)
         gate = torch.sigmoid(self.agents(state).view(B, self.n_heads, N) + self.action(joint).view(B, self.n_heads, N))
         lam = (key * gate).sum(1) + 1e-10  # (B, N), lambda_i > 0
-        return (v.sum(-1) + (lam * adv).sum(-1)).view(lead)
+        # Q_tot = sum_i V_i + sum_i lambda_i A_i, written as sum_i Q_i + sum_i (lambda_i - 1) A_i with the
+        # advantage A_i = Q_i - V_i <= 0 (zero at agent i's greedy action) behind a stopped gradient, as in
+        # the QPLEX code (`is_minus_one`): the same value, but the utilities learn through sum_i w_i Q_i (a
+        # weighted VDN) and lambda only through A_i. Without the stop every utility's gradient is scaled by
+        # lambda_i (about 0.5 at initialisation and free to shrink) and V_i passes none at all.
+        adv = (q - v).detach()  # (B, N)
+        return (q.sum(-1) + ((lam - 1.0) * adv).sum(-1)).view(lead)
 
 
 class NonMonotonicMixer(QMixer):

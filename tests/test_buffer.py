@@ -196,3 +196,40 @@ def test_batch_rejects_a_key_missing_from_some_steps():
     buf.add_transition(states=x, actions=x, rewards=x, next_states=x, dones=x)  # alive left out
     with pytest.raises(ValueError, match="alive"):
         buf.batch()
+
+
+@pytest.mark.parametrize("capacity", [3, None])
+def test_sample_episodes_padded_store_matches_per_episode_padding(capacity):
+    """The padded store (one index_select per key) returns exactly what slicing and padding each
+    drawn episode returns, through evictions, slot reuse, longer episodes and a checkpoint."""
+    torch.manual_seed(0)
+    fast = MultiAgentRolloutBuffer(N, capacity=capacity)
+    for i, steps in enumerate([4, 2, 6, 3, 5, 1, 6]):
+        fast.reset_current_episode()
+        fill(fast, steps=steps, offset=1000.0 * i + 1)
+        fast.end_episode()
+        if i == 2:
+            fast.sample_episodes(4)  # builds the store from the first three; later ones join at the next draw
+    assert len(fast.episodes) == (capacity or 7)
+    slow = MultiAgentRolloutBuffer(N, capacity=capacity)
+    slow._store_episode = lambda ep: None  # no episode gets a slot: sample_episodes pads episode by episode
+    slow.load_state_dict(fast.state_dict())
+    for keys in (None, ("rewards", "states")):
+        a = fast.sample_episodes(64, torch.Generator().manual_seed(3), keys=keys)
+        b = slow.sample_episodes(64, torch.Generator().manual_seed(3), keys=keys)
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+    assert all("_slot" in ep for ep in fast.episodes) and not any("_slot" in ep for ep in slow.episodes)
+    # the per-agent lists still read the stored values (views of the store)
+    last = fast.episodes[-1]
+    assert last["rewards"][1][0][2].item() == 1000.0 * 6 + 1 + 10 * 2 + 1
+
+
+def test_on_policy_use_never_builds_the_replay_store():
+    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    for _ in range(3):
+        buffer.reset_current_episode()
+        fill(buffer)
+        buffer.end_episode()
+    assert not buffer._store and "_slot" not in buffer.episodes[-1]

@@ -68,3 +68,28 @@ def test_qplex_shapes_and_gradients():
     assert out.shape == (5, 2)
     out.sum().backward()
     assert torch.isfinite(qs.grad).all() and qs.grad.abs().sum() > 0
+
+
+def test_qplex_utilities_learn_through_the_weighted_sum_not_through_lambda():
+    """The advantage enters Q_tot behind a stopped gradient (the QPLEX code's `is_minus_one` form):
+    dQ_tot/dQ_i is the positive transformation weight w_i(s), whatever lambda_i is, while the value is
+    still sum_i V_i + sum_i lambda_i A_i."""
+    torch.manual_seed(0)
+    mixer = QPLEXMixer(N, S, A)
+    state = torch.randn(7, S)
+    qs = torch.randn(7, N, requires_grad=True)
+    max_qs = qs.detach() + torch.rand(7, N)  # V_i >= Q_i
+    onehot = torch.nn.functional.one_hot(torch.randint(A, (7, N)), A).float()
+    out = mixer(qs, state, onehot, max_qs)
+    out.sum().backward()
+    w = mixer.weight(state).abs() + 1e-10
+    assert torch.allclose(qs.grad, w, atol=1e-6)
+    with torch.no_grad():  # the value: sum_i V_i + sum_i lambda_i A_i
+        b = mixer.bias(state)
+        joint = torch.cat([state, onehot.reshape(7, -1)], -1)
+        key = mixer.key(state).abs().view(7, mixer.n_heads, 1)
+        lam = (key * torch.sigmoid(mixer.agents(state).view(7, mixer.n_heads, N)
+                                   + mixer.action(joint).view(7, mixer.n_heads, N))).sum(1) + 1e-10
+        v = w * max_qs + b
+        expected = v.sum(-1) + (lam * (w * qs + b - v)).sum(-1)
+    assert torch.allclose(out.detach(), expected, atol=1e-5)
