@@ -24,7 +24,7 @@ from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, parse_args
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
                               rng_state, save_checkpoint, seed_everything, start_or_resume)
-from envs import make_env, parse_env_kwargs
+from envs import make_env, parse_env_kwargs, with_continuous_actions
 from nets import Critic, DeterministicActor, NonMonotonicMixer
 
 
@@ -69,8 +69,9 @@ class Args:
     # --- env
     env: str = "simple_spread"
     """registry name (python -c 'import envs; print(envs.known_envs())')"""
-    env_kwargs: Tuple[str, ...] = ("continuous_actions=true",)
-    """scenario arguments as KEY=VALUE; continuous_actions=false gives discrete actions (Gumbel-softmax)"""
+    env_kwargs: Tuple[str, ...] = ()
+    """scenario arguments as KEY=VALUE; continuous_actions=true is added where the env takes it (mpe2),
+    continuous_actions=false gives discrete actions (Gumbel-softmax)"""
     num_envs: int = 16
     """E, env copies stepped together"""
 
@@ -179,6 +180,8 @@ def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: flo
     time-limit truncation keeps that bootstrap (the task was not over), a termination removes it.
     lambda = 0 is the one-step target of DDPG and MADDPG.
     """
+    if lam == 0.0:  # the same targets without the loop
+        return rewards + gamma * (1.0 - terminated) * next_q
     targets = torch.zeros_like(rewards)
     ret = next_q[-1]
     for t in reversed(range(rewards.shape[0])):
@@ -212,9 +215,8 @@ def mixed_q(critic, mixer, obs: torch.Tensor, actions: torch.Tensor, state: torc
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
-    with torch.no_grad():
-        for t, o in zip(target.parameters(), online.parameters(), strict=True):
-            t.lerp_(o, tau)
+    with torch.no_grad():  # one multi-tensor call for all the parameters
+        torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -250,6 +252,7 @@ def main(args: Args) -> dict:
     seed_everything(args.seed, args.torch_deterministic)
     torch.set_num_threads(args.torch_threads)
     device = pick_device(args.cuda)
+    args.env_kwargs = with_continuous_actions(args.env, args.env_kwargs)  # recorded: evaluation and resume build this env
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
     validate(args, envs)
@@ -258,8 +261,8 @@ def main(args: Args) -> dict:
     actor, critic, mixer = build_networks(args, envs, device)
     target_actor, target_critic, target_mixer = copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(mixer)
     critic_params = list(critic.parameters()) + list(mixer.parameters())
-    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.actor_learning_rate)
-    critic_optimizer = torch.optim.Adam(critic_params, lr=args.critic_learning_rate)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.actor_learning_rate, foreach=True)
+    critic_optimizer = torch.optim.Adam(critic_params, lr=args.critic_learning_rate, foreach=True)
     # One stored entry is one iteration: T steps of E copies, so the replay keeps buffer_size // (T E) of them.
     capacity = args.buffer_size // args.steps_per_iteration
     buffer = MultiAgentRolloutBuffer(N, capacity=capacity)

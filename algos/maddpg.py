@@ -22,7 +22,7 @@ from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, parse_args
 from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, checkpoint_for_evaluation, pick_device,
                               report_greedy_evaluation, rng_state, save_checkpoint, seed_everything, start_or_resume)
-from envs import make_env, parse_env_kwargs
+from envs import make_env, parse_env_kwargs, with_continuous_actions
 from nets import Critic, DeterministicActor
 
 
@@ -67,8 +67,9 @@ class Args:
     # --- env
     env: str = "simple_spread"
     """registry name (python -c 'import envs; print(envs.known_envs())')"""
-    env_kwargs: Tuple[str, ...] = ("continuous_actions=true",)
-    """scenario arguments as KEY=VALUE; continuous_actions=false gives discrete actions (Gumbel-softmax)"""
+    env_kwargs: Tuple[str, ...] = ()
+    """scenario arguments as KEY=VALUE; continuous_actions=true is added where the env takes it (mpe2),
+    continuous_actions=false gives discrete actions (Gumbel-softmax)"""
     num_envs: int = 16
     """E, env copies stepped together"""
 
@@ -176,6 +177,8 @@ def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: flo
     time-limit truncation keeps that bootstrap (the task was not over), a termination removes it.
     lambda = 0 is the one-step target of DDPG and MADDPG.
     """
+    if lam == 0.0:  # the same targets without the loop
+        return rewards + gamma * (1.0 - terminated) * next_q
     targets = torch.zeros_like(rewards)
     ret = next_q[-1]
     for t in reversed(range(rewards.shape[0])):
@@ -217,9 +220,8 @@ def with_own_action(replay_actions: torch.Tensor, own: torch.Tensor) -> torch.Te
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
-    with torch.no_grad():
-        for t, o in zip(target.parameters(), online.parameters(), strict=True):
-            t.lerp_(o, tau)
+    with torch.no_grad():  # one multi-tensor call for all the parameters
+        torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -254,6 +256,7 @@ def main(args: Args) -> dict:
     seed_everything(args.seed, args.torch_deterministic)
     torch.set_num_threads(args.torch_threads)
     device = pick_device(args.cuda)
+    args.env_kwargs = with_continuous_actions(args.env, args.env_kwargs)  # recorded: evaluation and resume build this env
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
     validate(args, envs)
@@ -261,8 +264,8 @@ def main(args: Args) -> dict:
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
     actor, critic = build_networks(args, envs, device)
     target_actor, target_critic = copy.deepcopy(actor), copy.deepcopy(critic)
-    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.actor_learning_rate)
-    critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.critic_learning_rate)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.actor_learning_rate, foreach=True)
+    critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.critic_learning_rate, foreach=True)
     # One stored entry is one iteration: T steps of E copies, so the replay keeps buffer_size // (T E) of them.
     capacity = args.buffer_size // args.steps_per_iteration
     buffer = MultiAgentRolloutBuffer(N, capacity=capacity)

@@ -180,6 +180,21 @@ def parse_env_kwargs(pairs: Sequence[str]) -> Dict[str, Any]:
     return out
 
 
+def with_continuous_actions(name: str, pairs: Sequence[str]) -> Tuple[str, ...]:
+    """The KEY=VALUE pairs, plus continuous_actions=true where the env takes that argument and the
+    pairs do not set it: the continuous-control files' default (mpe2's own default is discrete).
+    Envs without the argument (MaMuJoCo, LBF) are not given it. The files store the result in
+    their args, so args.json, evaluation and resume name the env that was trained on."""
+    pairs = tuple(pairs)
+    if "continuous_actions" in parse_env_kwargs(pairs):
+        return pairs
+    try:
+        accepted = env_arguments(name)
+    except (KeyError, ValueError, ImportError):  # unknown or missing env: make_env says what is wrong
+        return pairs
+    return pairs + ("continuous_actions=true",) if "continuous_actions" in accepted else pairs
+
+
 def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[str, Any]] = None,
              render_mode: Optional[str] = None, device=None):
     """Build E copies of the named env behind the batched adapter.
@@ -221,7 +236,7 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
     return PettingZooVecEnv(lambda: maker(**env_kwargs), num_envs, seed, state_from_obs=True)
 
 
-__all__ = ["make_env", "env_maker", "env_arguments", "parse_env_kwargs", "known_envs", "agent_feature_slices",
-           "MPE_AGENT_FEATURES",
+__all__ = ["make_env", "env_maker", "env_arguments", "parse_env_kwargs", "with_continuous_actions", "known_envs",
+           "agent_feature_slices", "MPE_AGENT_FEATURES",
            "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS", "TorchMPE", "TORCH_SCENARIOS", "MatrixGame", "PAYOFFS", "NATIVE_ENVS",
            "FAMILIES", "PZ_FAMILIES"]

@@ -24,6 +24,7 @@ MODULES = {name: importlib.import_module(f"algos.{name}") for name in ALGOS}
 REFERENCE = MODULES["maddpg"]  # the other files carry copies of its short functions: they must agree
 DISCRETE_TOO = ["iddpg", "maddpg", "facmac"]  # Gumbel-softmax; MATD3 and MASAC are continuous only
 CONTINUOUS = ("continuous_actions=true",)
+DISCRETE = ("continuous_actions=false",)  # the files default to continuous actions where the env offers both
 LOSS_KEYS = {"td_loss", "policy_loss", "q_taken_mean", "target_mean", "grad_norm", "actor_grad_norm"}
 
 
@@ -184,8 +185,8 @@ def test_copied_functions_agree_with_maddpg(algo):
 # ---------------------------------------------------------------------------- runs
 SMOKE = [(a, "torch:simple_spread", CONTINUOUS) for a in ALGOS] \
     + [(a, "simple_speaker_listener", CONTINUOUS) for a in ALGOS] \
-    + [(a, "torch:simple_spread", ()) for a in DISCRETE_TOO] \
-    + [(a, "simple_reference", ()) for a in DISCRETE_TOO]
+    + [(a, "torch:simple_spread", DISCRETE) for a in DISCRETE_TOO] \
+    + [(a, "simple_reference", DISCRETE) for a in DISCRETE_TOO]
 
 
 @pytest.mark.parametrize("algo,env,env_kwargs", SMOKE,
@@ -207,7 +208,25 @@ def test_smoke(algo, env, env_kwargs, tmp_path):
 @pytest.mark.parametrize("algo", ["matd3", "masac"])
 def test_discrete_actions_are_refused_with_the_file_that_takes_them(algo, tmp_path):
     with pytest.raises(ConfigError, match="maddpg"):
-        MODULES[algo].main(tiny(algo, tmp_path, env_kwargs=()))
+        MODULES[algo].main(tiny(algo, tmp_path, env_kwargs=DISCRETE))
+
+
+def test_continuous_actions_are_the_default_only_where_the_env_takes_the_argument(tmp_path):
+    """The family's files ask mpe2 for continuous actions unless told otherwise; envs without the
+    argument (MaMuJoCo, the matrix game) are not given it, an explicit value is kept, and the run's
+    args record what was used (evaluation and resume rebuild the env from them)."""
+    from envs import with_continuous_actions
+
+    assert with_continuous_actions("torch:simple_spread", ()) == ("continuous_actions=true",)
+    assert with_continuous_actions("simple_spread", ("N=4",)) == ("N=4", "continuous_actions=true")
+    assert with_continuous_actions("simple_spread", ("continuous_actions=false",)) == ("continuous_actions=false",)
+    assert with_continuous_actions("matrix_game", ()) == ()
+    assert with_continuous_actions("no_such_env", ()) == ()  # make_env then says what is wrong
+    summary = MODULES["matd3"].main(tiny("matd3", tmp_path, env_kwargs=()))
+    with open(os.path.join(summary["run_dir"], "args.json")) as f:
+        assert json.load(f)["env_kwargs"] == ["continuous_actions=true"]
+    assert math.isfinite(MODULES["matd3"].main(tiny("matd3", tmp_path, evaluate_checkpoint=summary["run_dir"]))
+                         ["eval_return_mean"])
 
 
 @pytest.mark.parametrize("algo", ["maddpg", "masac"])
@@ -298,3 +317,23 @@ def test_actor_outputs_respect_padding_and_masks():
     onehot = REFERENCE.gumbel_softmax_st(logits, 1.0)
     assert (onehot[:, 1, 1:] == 0).all() and torch.equal(onehot.argmax(-1)[:, 1], torch.zeros(10, dtype=torch.long))
     assert F.one_hot(onehot.argmax(-1), 3).float().equal(onehot)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gymnasium_robotics") is None, reason="needs gymnasium-robotics")
+def test_matd3_halfcheetah_preset_runs_and_the_benchmark_reports_the_robots_return(tmp_path):
+    """The MaMuJoCo preset (no continuous_actions argument: MaMuJoCo has none) trains and
+    evaluates; the benchmark divides the summed return by the 2 agents, who each get the robot's reward."""
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import learning_mamujoco
+
+    preset = os.path.join(REPO, "configs", "matd3", "mamujoco_HalfCheetah-2x3.yaml")
+    args = make_args(MODULES["matd3"].Args, config=preset, total_timesteps=300, learning_starts=100,
+                     buffer_size=1000, env_kwargs=("max_episode_steps=50",), eval_every=0, eval_episodes=2,
+                     eval_num_envs=2, checkpoint_every=0, cuda=False, run_dir=str(tmp_path / "runs"))
+    assert args.env == "mamujoco:HalfCheetah-2x3" and args.gamma == 0.99 and args.td_lambda == 0.0
+    summary = MODULES["matd3"].main(args)
+    assert summary["global_step"] == 300 and math.isfinite(summary["final_losses"]["td_loss"])
+    record = learning_mamujoco.read_run(summary["run_dir"])
+    rows = learning_mamujoco.report([dict(record, label="matd3", seed=s) for s in (1, 2)], n=2)
+    assert rows[0]["best_mean_eval"] == pytest.approx(summary["eval_return_mean"] / 2)
+    assert rows[0]["met"] is None  # 300 steps: the 1M budget is not reached and the bar is not met

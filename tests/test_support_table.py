@@ -40,9 +40,9 @@ README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 # family -> its envs: (name, env_kwargs, action type). Families with both action types list one env of each.
 D, C = "discrete", "continuous"
 INSTANCES = {
-    "mpe2": [("simple_spread", ("max_cycles=4",), D),
+    "mpe2": [("simple_spread", ("max_cycles=4", "continuous_actions=false"), D),
              ("simple_spread", ("max_cycles=4", "continuous_actions=true"), C)],
-    "torch:": [("torch:simple_spread", ("max_cycles=4",), D),
+    "torch:": [("torch:simple_spread", ("max_cycles=4", "continuous_actions=false"), D),
                ("torch:simple_spread", ("max_cycles=4", "continuous_actions=true"), C)],
     "matrix_game": [("matrix_game", (), D)],
     "lbf:": [("lbf:Foraging-8x8-2p-3f-v3", ("max_episode_steps=4",), D)],
