@@ -4,9 +4,10 @@ Multi-Agent Centralised Policy Gradients", NeurIPS, arXiv:2003.06709).
 Every agent i has a deterministic actor mu_i(o_i) and a utility Q_i(o_i, a_i) on its own
 observation and action; a mixing network conditioned on the global state combines the utilities
 into the team value Q_tot(s, Q_1..Q_N), trained by TD on the team reward. The mixer need not be
-monotone, since no agent ever takes an argmax over its Q_i: the actors are trained together by
-the centralised policy gradient through Q_tot, with *every* agent's action taken from its current
-policy (not from the replay, as in MADDPG). Continuous actions use mu_i directly (tanh into the
+monotone, since no agent ever takes an argmax over its Q_i (--mixer nonmonotonic); the default is
+QMIX's monotone mixer, as in the paper's main method and the authors' particle-task config. The
+actors are trained together by the centralised policy gradient through Q_tot, with *every* agent's
+action taken from its current policy (not from the replay, as in MADDPG). Continuous actions use mu_i directly (tanh into the
 adapter's normalised box [-1, 1], Gaussian noise); discrete ones a straight-through
 Gumbel-softmax. Run:
 
@@ -25,7 +26,7 @@ from common.cli import ConfigError, parse_args
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
                               rng_state, save_checkpoint, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs, with_continuous_actions
-from nets import Critic, DeterministicActor, NonMonotonicMixer
+from nets import Critic, DeterministicActor, NonMonotonicMixer, QMixer, VDNMixer
 
 
 # ============================================================================ 1. ARGS
@@ -90,12 +91,17 @@ class Args:
     """Adam learning rate of the actors"""
     critic_learning_rate: float = 1e-3
     """Adam learning rate of the agent utilities and the mixer"""
-    gamma: float = 0.95
-    """discount factor (0.95: a horizon near MPE's 25-step, clock-cut episodes)"""
+    gamma: float = 0.85
+    """discount factor (0.85, the authors' setting for particle tasks: with 0.95 the actors pushed Q_tot into
+    regions it was never fitted on and two seeds of three diverged, docs/algorithms/facmac.md)"""
     td_lambda: float = 0.8
     """lambda of the TD(lambda) critic targets along each stored sequence (0: the one-step target)"""
-    tau: float = 0.01
-    """target networks move tau of the way to the online ones after every gradient step"""
+    tau: float = 0.001
+    """target networks move tau of the way to the online ones after every gradient step (0.001 as in the
+    authors' config; with 0.01 the targets followed the actors' overestimates fast enough to diverge)"""
+    bootstrap_time_limit: bool = True
+    """bootstrap from Q'_tot(s_T) where the clock (mpe2's max_cycles), not the task, ended an episode;
+    --no-bootstrap-time-limit ends every episode's targets at its last step, as algos/qmix.py does"""
     max_grad_norm: float = 0.5
     """global gradient-norm clip, of the critic (utilities and mixer) and of the actors separately"""
     exploration_noise: float = 0.1
@@ -111,6 +117,11 @@ class Args:
     """hidden layer widths of actors and agent utilities"""
     activation: Literal["tanh", "relu"] = "relu"
     """hidden activation"""
+    mixer: Literal["qmix", "nonmonotonic", "vdn"] = "qmix"
+    """how the agent utilities combine into Q_tot: "qmix", QMIX's hypernetwork mixer with non-negative weights
+    (the authors' setting for continuous tasks, facmac_pp.yaml); "nonmonotonic", the same without abs() (the
+    paper's nonmonotonic factorisation: more expressive, but the actors can push it where it was never fitted);
+    "vdn", the plain sum"""
     mixer_embed_dim: int = 32
     """width of the mixing network"""
     hypernet_hidden: int = 64
@@ -144,16 +155,20 @@ def validate(args: Args, env=None) -> None:
 
 # ============================================================================ 2. NETWORKS
 def build_networks(args: Args, env, device):
-    """Deterministic actors mu_i(o_i); agent utilities Q_i(o_i, a_i); a non-monotonic mixer on the state
-    (flat, whatever its shape). Image observations (obs_shape (H, W, C)) get a small CNN
+    """Deterministic actors mu_i(o_i); agent utilities Q_i(o_i, a_i); the --mixer on the state (flat,
+    whatever its shape). Image observations (obs_shape (H, W, C)) get a small CNN
     (nets.encoder_for); the utility's two inputs, o_i and a_i, are concatenated after it."""
     A = env.n_actions if env.discrete else env.action_dim  # one-hot width or continuous action size
     actor = DeterministicActor(env.obs_shape, env.n_agents, env.discrete, A, torch.as_tensor(env.action_dim_mask),
                                args.share_params, args.hidden_sizes, args.activation).to(device)
     critic = Critic((env.obs_shape, (A,)), env.n_agents, args.share_params, args.hidden_sizes, "none",
                     args.activation).to(device)
-    mixer = NonMonotonicMixer(env.n_agents, env.state_dim, args.mixer_embed_dim, args.hypernet_hidden).to(device)
-    return actor, critic, mixer
+    if args.mixer == "vdn":
+        mixer = VDNMixer()
+    else:
+        mixer_class = QMixer if args.mixer == "qmix" else NonMonotonicMixer
+        mixer = mixer_class(env.n_agents, env.state_dim, args.mixer_embed_dim, args.hypernet_hidden)
+    return actor, critic, mixer.to(device)
 
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
@@ -215,8 +230,10 @@ def mixed_q(critic, mixer, obs: torch.Tensor, actions: torch.Tensor, state: torc
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
-    with torch.no_grad():  # one multi-tensor call for all the parameters
-        torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+    params = list(target.parameters())
+    if params:  # (the VDN mixer has none)
+        with torch.no_grad():  # one multi-tensor call for all the parameters
+            torch._foreach_lerp_(params, list(online.parameters()), tau)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -334,7 +351,7 @@ def main(args: Args) -> dict:
             # (an agent that dies mid-episode, as in MAgent2, ends its own part only); cut by the clock where
             # an agent was truncated, ended by the task (terminated: no bootstrap) otherwise.
             over = torch.maximum(torch.maximum(b["dones"], b["truncated"]), 1.0 - alive).amin(-1)  # (B,)
-            terminated = over * (1.0 - b["truncated"].amax(-1))  # (B,)
+            terminated = over * (1.0 - b["truncated"].amax(-1)) if args.bootstrap_time_limit else over  # (B,)
             B = obs_b.shape[0]
             with torch.no_grad():
                 # Q'_tot(s', Q'_i(o'_i, mu'_i(o'_i))) at every step's true next state (the final one where an

@@ -429,14 +429,16 @@ def test_iql_leaves_dead_agents_out_of_the_loss(tmp_path, monkeypatch):
     assert loss_mask[2:, :, 1].eq(0).all() and loss_mask[:2].eq(1).all() and loss_mask[:, :, 0].eq(1).all()
 
 
-def test_facmac_leaves_dead_agents_out_of_the_mix(tmp_path, monkeypatch):
-    """FACMAC's mixer sees Q_i = 0 where agent b is gone (online: steps 2 and 3; target: s_2 on),
-    and its team episode goes on past b's death: only the clock ends it (no termination, so
-    every target bootstraps)."""
+@pytest.mark.parametrize("mixer", ["qmix", "nonmonotonic", "vdn"])
+def test_facmac_leaves_dead_agents_out_of_the_mix(tmp_path, monkeypatch, mixer):
+    """FACMAC's mixer (each kind) sees Q_i = 0 where agent b is gone (online: steps 2 and 3; target:
+    s_2 on), and its team episode goes on past b's death: only the clock ends it (no termination,
+    so every target bootstraps)."""
     from algos import facmac
 
+    mixer_class = {"qmix": facmac.QMixer, "nonmonotonic": facmac.NonMonotonicMixer, "vdn": facmac.VDNMixer}[mixer]
     seen, targets = [], []
-    original, original_targets = facmac.NonMonotonicMixer.forward, facmac.td_lambda_targets
+    original, original_targets = mixer_class.forward, facmac.td_lambda_targets
 
     def spy(self, q, state):
         seen.append(q.detach().clone())  # (B, N), rows t * B_seq + j
@@ -446,13 +448,13 @@ def test_facmac_leaves_dead_agents_out_of_the_mix(tmp_path, monkeypatch):
         targets.append((terminated.clone(), ended.clone()))
         return original_targets(rewards, next_q, terminated, ended, gamma, lam)
 
-    monkeypatch.setattr(facmac.NonMonotonicMixer, "forward", spy)
+    monkeypatch.setattr(mixer_class, "forward", spy)
     monkeypatch.setattr(facmac, "td_lambda_targets", spy_targets)
     monkeypatch.setattr(facmac, "make_env", lambda name, num_envs, seed, *a, **k:
                         envs.PettingZooVecEnv(LeavingAgent, num_envs, seed))
     args = make_args(facmac.Args, env="simple_spread", run_dir=str(tmp_path), num_envs=2, num_steps=4,
                      batch_size=2, updates_per_iteration=1, learning_starts=0, hidden_sizes=(16,), eval_every=0,
-                     eval_episodes=1, eval_num_envs=1, checkpoint_every=0, total_timesteps=8, cuda=False)
+                     eval_episodes=1, eval_num_envs=1, checkpoint_every=0, total_timesteps=8, cuda=False, mixer=mixer)
     facmac.main(args)
     target, online = seen[0].view(4, -1, 2), seen[1].view(4, -1, 2)  # (T, B_seq, N): targets come first
     assert online[2:, :, 1].eq(0).all() and online[:2].ne(0).all() and online[:, :, 0].ne(0).all()

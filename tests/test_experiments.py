@@ -5,6 +5,7 @@ import glob
 import importlib
 import json
 import os
+import re
 import shlex
 
 import numpy as np
@@ -161,6 +162,23 @@ def test_every_preset_belongs_to_an_algorithm_and_passes_its_checks(path):
         assert automatic != path
 
 
+def test_every_algorithm_has_a_preset_and_the_how_to_lists_each_one():
+    """docs/how-to.md's preset table names every preset file under its algorithm, and every
+    algorithm file has at least one preset."""
+    with open(os.path.join(REPO, "docs", "how-to.md")) as f:
+        rows = [line for line in f if line.startswith("| ") and "(`" in line and ".yaml" in line]
+    listed = set()
+    for row in rows:
+        cells = row.split("|")[2]  # "`mappo`, `ippo`: `simple_spread.yaml`" or "`mappo`: `x.yaml` (named)"
+        algos_part, _, files_part = cells.partition(":")
+        for algo in re.findall(r"`(\w+)`", algos_part):
+            listed.update((algo, name) for name in re.findall(r"`([\w.\-]+\.yaml)`", files_part))
+    on_disk = {(os.path.basename(os.path.dirname(p)), os.path.basename(p)) for p in PRESETS}
+    assert on_disk - listed == set(), "presets missing from docs/how-to.md's table"
+    assert listed - on_disk == set(), "docs/how-to.md's table names presets that do not exist"
+    assert set(run.ALGOS) - {algo for algo, _ in on_disk} == set(), "algorithms without a preset"
+
+
 def test_torch_port_falls_back_to_the_pettingzoo_preset():
     assert run.preset_for("mappo", "torch:simple_spread") == os.path.join(REPO, "configs", "mappo",
                                                                           "simple_spread.yaml")
@@ -190,3 +208,27 @@ def test_documented_grids_plan(doc, argv, monkeypatch, capsys):
     cut = argv.index("--") if "--" in argv else len(argv)
     assert run.main([*argv[:cut], "--dry-run", *argv[cut:]]) == []
     assert " runs: " in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- the speed issue's wall-clock benchmark
+def test_wallclock_benchmark_times_a_run_and_reads_it_back(tmp_path):
+    """benchmarks/wallclock_mappo.py trains the preset as its own process (here shrunk by --flags),
+    then reports SPS and the wall-clock to the first evaluation at or above the target; --from-runs
+    reads the same figures back, and an unreachable target is reported as never reached."""
+    import sys
+
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import wallclock_mappo
+
+    flags = ("--total-timesteps 1600 --num-envs 16 --num-steps 25 --eval-every 800 --eval-episodes 2 "
+             "--eval-num-envs 2 --num-minibatches 2 --torch-threads 1")
+    out = tmp_path / "wallclock.json"
+    runs = wallclock_mappo.main(["--seeds", "1", "--flags", flags, "--run-dir", str(tmp_path / "runs"),
+                                 "--target", "-1000", "--json", str(out)])
+    (run,) = runs
+    assert run["global_step"] == 1600 and run["sps"] > 0 and run["steps_to_target"] == 800
+    assert 0 < run["seconds_to_target"] < run["wall_time_s"] + 60  # from the process start: imports count too
+    saved = json.loads(out.read_text())
+    assert saved["time_met"] is True and saved["sps_met"] is False  # a 1,600-step run is nowhere near 40k SPS
+    (again,) = wallclock_mappo.main(["--from-runs", str(tmp_path / "runs"), "--target", "0"])
+    assert again["steps_to_target"] is None and again["sps"] == run["sps"]
