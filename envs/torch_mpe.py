@@ -145,6 +145,8 @@ class TorchMPE:
         if not self.discrete:
             self.action_low = np.zeros((N, width), np.float32)
             self.action_high = self.action_dim_mask.astype(np.float32)  # [0, 1] where real, 0 in the padding
+            self._low_t = torch.as_tensor(self.action_low, device=self.device, dtype=self.dtype)  # (N, width)
+            self._high_t = torch.as_tensor(self.action_high, device=self.device, dtype=self.dtype)
             self._act_width = max(width, self.move_dim)  # at least the movement columns
             # column of utterance k of agent i: after the 5 movement entries for agents that move
             offset = torch.tensor([self.move_dim if mv else 0 for mv in movable], device=self.device)
@@ -310,8 +312,10 @@ class TorchMPE:
         return flat.float()
 
     def to_env_units(self, actions: torch.Tensor) -> torch.Tensor:
-        """Normalised continuous actions in [-1, 1] -> mpe2's box [0, 1] (clipped, as mpe2's wrapper)."""
-        return (actions.clamp(-1.0, 1.0) + 1.0) * 0.5
+        """Normalised continuous actions (E, N, width) in [-1, 1] -> each agent's box [action_low, action_high]
+        (mpe2's [0, 1]; clipped, as mpe2's wrapper clips), read from the bounds the env declares."""
+        unit = (actions.clamp(-1.0, 1.0) + 1.0) * 0.5
+        return self._low_t + unit * (self._high_t - self._low_t)
 
     def step(self, actions) -> VecStep:
         """Step every copy. actions: (E, N) int, or (E, N, act_dim) float in [-1, 1] (tensor or array)."""

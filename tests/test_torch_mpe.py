@@ -286,6 +286,17 @@ def test_continuous_actions_use_the_normalised_box():
     assert torch.allclose(env.vel[:, :3, 0], torch.full((2, 3), 0.5)) or (env.vel[:, :3, 0] > 0.4).all()
 
 
+def test_continuous_actions_map_onto_the_declared_bounds():
+    """The [-1, 1] box goes onto each agent's declared [action_low, action_high] (mpe2's [0, 1]); padded
+    dimensions (the speaker's, beyond its 3 words) get 0, whatever the actor put there."""
+    env = make_env("torch:simple_speaker_listener", 2, env_kwargs={"continuous_actions": True})
+    low, high = torch.as_tensor(env.action_low), torch.as_tensor(env.action_high)  # (N, width)
+    assert env.action_dim_mask.tolist() == [[True, True, True, False, False], [True] * 5]
+    a = torch.rand(2, 2, 5) * 2 - 1
+    torch.testing.assert_close(env.to_env_units(a), low + (a + 1) / 2 * (high - low))
+    assert env.to_env_units(a)[:, 0, 3:].eq(0).all() and env.to_env_units(torch.full((2, 2, 5), 5.0))[:, 1].eq(1).all()
+
+
 def test_registry_names_and_errors():
     assert "torch:simple_spread" in known_envs()
     assert make_env("torch:simple_spread_v3", 1).n_agents == 3
