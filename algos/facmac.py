@@ -7,9 +7,9 @@ into the team value Q_tot(s, Q_1..Q_N), trained by TD on the team reward. The mi
 monotone, since no agent ever takes an argmax over its Q_i (--mixer nonmonotonic); the default is
 QMIX's monotone mixer, as in the paper's main method and the authors' particle-task config. The
 actors are trained together by the centralised policy gradient through Q_tot, with *every* agent's
-action taken from its current policy (not from the replay, as in MADDPG). Continuous actions use mu_i directly (tanh into the
-adapter's normalised box [-1, 1], Gaussian noise); discrete ones a straight-through
-Gumbel-softmax. Run:
+action taken from its current policy (not from the replay, as in MADDPG). Continuous actions use
+mu_i directly (tanh into the adapter's normalised box [-1, 1], Gaussian noise); discrete ones a
+straight-through Gumbel-softmax. Run:
 
     python algos/facmac.py --env torch:simple_spread --env-kwargs continuous_actions=true
 """
@@ -92,8 +92,8 @@ class Args:
     critic_learning_rate: float = 1e-3
     """Adam learning rate of the agent utilities and the mixer"""
     gamma: float = 0.85
-    """discount factor (0.85, the authors' setting for particle tasks: with 0.95 the actors pushed Q_tot into
-    regions it was never fitted on and two seeds of three diverged, docs/algorithms/facmac.md)"""
+    """discount factor (0.85, the authors' setting for particle tasks: with MADDPG's 0.95 and tau 0.01 the
+    actors pushed Q_tot into regions it was never fitted on and seeds diverged, docs/algorithms/facmac.md)"""
     td_lambda: float = 0.8
     """lambda of the TD(lambda) critic targets along each stored sequence (0: the one-step target)"""
     tau: float = 0.001
