@@ -230,10 +230,8 @@ def mixed_q(critic, mixer, obs: torch.Tensor, actions: torch.Tensor, state: torc
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
-    params = list(target.parameters())
-    if params:  # (the VDN mixer has none)
-        with torch.no_grad():  # one multi-tensor call for all the parameters
-            torch._foreach_lerp_(params, list(online.parameters()), tau)
+    with torch.no_grad():  # one multi-tensor call for all the parameters
+        torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -277,7 +275,11 @@ def main(args: Args) -> dict:
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
     actor, critic, mixer = build_networks(args, envs, device)
     target_actor, target_critic, target_mixer = copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(mixer)
-    critic_params = list(critic.parameters()) + list(mixer.parameters())
+    # Utilities and mixer learn as one critic (one optimiser, one clip, one Polyak update; VDN's mixer has
+    # no parameters of its own).
+    team_critic = torch.nn.ModuleList([critic, mixer])
+    target_team_critic = torch.nn.ModuleList([target_critic, target_mixer])
+    critic_params = list(team_critic.parameters())
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.actor_learning_rate, foreach=True)
     critic_optimizer = torch.optim.Adam(critic_params, lr=args.critic_learning_rate, foreach=True)
     # One stored entry is one iteration: T steps of E copies, so the replay keeps buffer_size // (T E) of them.
@@ -389,8 +391,7 @@ def main(args: Args) -> dict:
             actor_grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
             actor_optimizer.step()
             soft_update(target_actor, actor, args.tau)
-            soft_update(target_critic, critic, args.tau)
-            soft_update(target_mixer, mixer, args.tau)
+            soft_update(target_team_critic, team_critic, args.tau)
             updates += 1
             stats = dict(td_loss=td_loss.item(), policy_loss=policy_loss.item(), q_taken_mean=q_tot.mean().item(),
                          target_mean=targets.mean().item(), grad_norm=grad_norm.item(),

@@ -102,12 +102,12 @@ def main(argv=None):
     print(f"\n{'seed':>4} {'env steps':>12} {'SPS':>8} {'wall s':>7} {'final eval':>11} "
           f"{'first >= ' + format(opts.target, 'g'):>14} {'minutes':>8}")
     for r in runs:
-        reached = f"{r['steps_to_target']:,d}" if r["steps_to_target"] else "never"
-        minutes = f"{r['seconds_to_target'] / 60:.1f}" if r["seconds_to_target"] else "-"
+        reached = f"{r['steps_to_target']:,d}" if r["steps_to_target"] is not None else "never"
+        minutes = f"{r['seconds_to_target'] / 60:.1f}" if r["seconds_to_target"] is not None else "-"
         print(f"{r['seed']:>4} {r['global_step']:>12,d} {r['sps']:>8,.0f} {r['wall_time_s']:>7.0f} "
               f"{r['final_eval']:>11.1f} {reached:>14} {minutes:>8}")
     sps = np.array([r["sps"] for r in runs])
-    minutes = [r["seconds_to_target"] / 60 if r["seconds_to_target"] else float("inf") for r in runs]
+    minutes = [r["seconds_to_target"] / 60 if r["seconds_to_target"] is not None else float("inf") for r in runs]
     sps_met = bool((sps >= opts.sps_bar).all())
     time_met = all(m <= opts.minutes for m in minutes)
     print(f"SPS median {np.median(sps):,.0f} (min {sps.min():,.0f}); bar >= {opts.sps_bar:,.0f} in every seed: "
