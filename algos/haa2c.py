@@ -22,7 +22,7 @@ from common.cli import ConfigError, parse_args
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
                               rng_state, save_checkpoint, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
-from nets import Actor, Critic, ValueNorm, explained_variance
+from nets import Actor, Critic, ValueNorm, explained_variance, forward_agent
 
 
 # ============================================================================ 1. ARGS
@@ -178,20 +178,21 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def agent_ratio(dist, d, agent: int) -> torch.Tensor:
-    """pi_new / pi_old of one agent at every step, (T, E); 1 where the agent was not alive."""
-    ratio = (dist.log_prob(d["actions"])[..., agent] - d["log_probs"][..., agent]).exp()
+    """pi_new / pi_old of one agent at every step, (T, E), from its own distribution (over (L, B, 1),
+    nets.forward_agent); 1 where the agent was not alive."""
+    ratio = (dist.log_prob(d["actions"][:, :, agent:agent + 1])[..., 0] - d["log_probs"][..., agent]).exp()
     return torch.where(d["alive"][..., agent].bool(), ratio, torch.ones_like(ratio))
 
 
 def agent_policy_loss(dist, d, agent: int, factor: torch.Tensor, advantages: torch.Tensor):
-    """HAA2C's loss for one agent, from its slice of every agent's distribution:
+    """HAA2C's loss for one agent, from its own distribution (over (T, E, 1), nets.forward_agent):
     -mean_alive[M * A * rho], with rho its own ratio pi / pi_old, A the team advantage and
     M = factor (T, E), the product of the ratios of the agents updated before it. At the
     rollout's policy rho = 1 and the gradient is A2C's, M * A * grad log pi (Mnih et al. 2016,
     Algorithm S3). Returns (loss, entropy)."""
-    ratio = (dist.log_prob(d["actions"])[..., agent] - d["log_probs"][..., agent]).exp()  # (T, E)
+    ratio = (dist.log_prob(d["actions"][:, :, agent:agent + 1])[..., 0] - d["log_probs"][..., agent]).exp()  # (T, E)
     alive = d["alive"][..., agent]
-    return -masked_mean(factor * advantages * ratio, alive), masked_mean(dist.entropy()[..., agent], alive)
+    return -masked_mean(factor * advantages * ratio, alive), masked_mean(dist.entropy()[..., 0], alive)
 
 
 def checkpoint_payload(args, actor, critic, value_norm, actor_optimizers, critic_optimizer, order_gen, global_step,
@@ -338,20 +339,22 @@ def main(args: Args) -> dict:
         # The agents update one after another, in an order drawn afresh for every update
         # (Kuba et al. 2022). factor (T, E) is M = the product of pi_new / pi_old of the agents already
         # updated; the next agent's policy gradient weighs its advantage with M, so it improves the
-        # joint advantage given its predecessors' new policies. Every forward pass runs all agents'
-        # stacked networks at once (each copy's whole rollout as one sequence); each loss reads its
-        # agent's slice.
+        # joint advantage given its predecessors' new policies. Each forward pass runs the updating
+        # agent's own network only (its rows of the stacked weights: forward_agent), each copy's
+        # whole rollout as one sequence.
         factor = torch.ones(T, E, device=device)  # (T, E)
         for agent in torch.randperm(N, generator=order_gen).tolist():
             for epoch in range(args.update_epochs):
-                dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
+                dist, _ = forward_agent(actor, agent, b["states"], first_actor_state, b["episode_starts"],
+                                        b.get("action_masks"))  # over (T, E, 1)
                 pg_loss, entropy_loss = agent_policy_loss(dist, b, agent, factor, advantages)
                 actor_optimizers[agent].zero_grad()
                 (pg_loss - args.ent_coef * entropy_loss).backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
                 actor_optimizers[agent].step()
             with torch.no_grad():  # the agent's ratio at its new policy joins the factor
-                dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
+                dist, _ = forward_agent(actor, agent, b["states"], first_actor_state, b["episode_starts"],
+                                        b.get("action_masks"))
                 factor = factor * agent_ratio(dist, b, agent)
         # The team critic: regression on the value targets.
         for epoch in range(args.update_epochs):

@@ -22,7 +22,7 @@ from common.cli import ConfigError, parse_args
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
                               rng_state, save_checkpoint, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
-from nets import Actor, Critic, ValueNorm, explained_variance
+from nets import Actor, Critic, ValueNorm, explained_variance, forward_agent
 
 
 # ============================================================================ 1. ARGS
@@ -190,24 +190,25 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def agent_ratio(dist, d, agent: int) -> torch.Tensor:
-    """pi_new / pi_old of one agent at every step, (L, B); 1 where the agent was not alive."""
-    ratio = (dist.log_prob(d["actions"])[..., agent] - d["log_probs"][..., agent]).exp()
+    """pi_new / pi_old of one agent at every step, (L, B), from its own distribution (over (L, B, 1),
+    nets.forward_agent); 1 where the agent was not alive."""
+    ratio = (dist.log_prob(d["actions"][:, :, agent:agent + 1])[..., 0] - d["log_probs"][..., agent]).exp()
     return torch.where(d["alive"][..., agent].bool(), ratio, torch.ones_like(ratio))
 
 
 def agent_policy_loss(dist, d, agent: int, factor: torch.Tensor, clip_coef: float):
-    """HAPPO's clipped objective for one agent, from its slice of every agent's distribution
-    (Kuba et al. 2022, HAPPO): mean_alive[max(-M A rho, -M A clip(rho, 1 - eps, 1 + eps))], with
-    rho the agent's own ratio, A the team advantage and M = factor (L, B), the product of the
+    """HAPPO's clipped objective for one agent, from its own distribution (over (L, B, 1),
+    nets.forward_agent) (Kuba et al. 2022, HAPPO): mean_alive[max(-M A rho, -M A clip(rho, 1 - eps, 1 + eps))],
+    with rho the agent's own ratio, A the team advantage and M = factor (L, B), the product of the
     ratios of the agents updated before it. Returns (loss, entropy, approx_kl, clipfrac)."""
-    logratio = dist.log_prob(d["actions"])[..., agent] - d["log_probs"][..., agent]  # (L, B)
+    logratio = dist.log_prob(d["actions"][:, :, agent:agent + 1])[..., 0] - d["log_probs"][..., agent]  # (L, B)
     ratio, alive = logratio.exp(), d["alive"][..., agent]
     adv = factor * d["advantages"]  # (L, B)
     loss = masked_mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip_coef, 1 + clip_coef)), alive)
     with torch.no_grad():
         approx_kl = masked_mean((ratio - 1) - logratio, alive)  # Schulman's k3 estimator
         clipfrac = masked_mean(((ratio - 1.0).abs() > clip_coef).float(), alive)
-    return loss, masked_mean(dist.entropy()[..., agent], alive), approx_kl, clipfrac
+    return loss, masked_mean(dist.entropy()[..., 0], alive), approx_kl, clipfrac
 
 
 def checkpoint_payload(args, actor, critic, value_norm, actor_optimizers, critic_optimizer, shuffle_gen, global_step,
@@ -371,8 +372,8 @@ def main(args: Args) -> dict:
         # The agents update one after another, in an order drawn afresh for every update
         # (Kuba et al. 2022). factor (L, S) is M = the product of pi_new / pi_old of the agents already
         # updated; the next agent maximises its clipped objective with M * A in place of A, so it
-        # improves the joint advantage given its predecessors' new policies. Every forward pass
-        # runs all agents' stacked networks at once; each loss reads its agent's slice.
+        # improves the joint advantage given its predecessors' new policies. Each forward pass
+        # runs the updating agent's own network only (its rows of the stacked weights: forward_agent).
         factor = torch.ones(L, S, device=device)  # (L, S)
         clipfracs = []
         for agent in torch.randperm(N, generator=shuffle_gen).tolist():
@@ -381,7 +382,8 @@ def main(args: Args) -> dict:
                 for mb in order.tensor_split(args.num_minibatches):
                     d = {k: v[:, mb] for k, v in data.items()}  # (L, B, N, ...) per agent, (L, B) per team
                     mb_state = None if a_state is None else tuple(s[mb] for s in a_state)
-                    dist, _ = actor(d["states"], mb_state, d["episode_starts"], d.get("action_masks"))
+                    dist, _ = forward_agent(actor, agent, d["states"], mb_state, d["episode_starts"],
+                                            d.get("action_masks"))  # over (L, B, 1)
                     pg_loss, entropy_loss, approx_kl, clipfrac = agent_policy_loss(dist, d, agent, factor[:, mb],
                                                                                    args.clip_coef)
                     clipfracs.append(clipfrac.item())
@@ -390,7 +392,8 @@ def main(args: Args) -> dict:
                     grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
                     actor_optimizers[agent].step()
             with torch.no_grad():  # the agent's ratio at its new policy joins the factor
-                dist, _ = actor(data["states"], a_state, data["episode_starts"], data.get("action_masks"))
+                dist, _ = forward_agent(actor, agent, data["states"], a_state, data["episode_starts"],
+                                        data.get("action_masks"))
                 factor = factor * agent_ratio(dist, data, agent)
         # The team critic: regression on the value targets, as in MAPPO.
         for epoch in range(args.update_epochs):

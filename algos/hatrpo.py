@@ -17,14 +17,13 @@ from typing import Literal, Optional, Tuple
 import numpy as np
 import torch
 from torch.distributions import kl_divergence
-from torch.func import functional_call
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, parse_args
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
                               rng_state, save_checkpoint, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
-from nets import Actor, Critic, MaskedCategorical, ValueNorm, explained_variance
+from nets import Actor, Critic, MaskedCategorical, ValueNorm, explained_variance, forward_agent
 
 
 # ============================================================================ 1. ARGS
@@ -202,8 +201,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def agent_ratio(dist, d, agent: int) -> torch.Tensor:
-    """pi_new / pi_old of one agent at every step, (L, B); 1 where the agent was not alive."""
-    ratio = (dist.log_prob(d["actions"])[..., agent] - d["log_probs"][..., agent]).exp()
+    """pi_new / pi_old of one agent at every step, (L, B), from its own distribution (over (L, B, 1),
+    nets.forward_agent); 1 where the agent was not alive."""
+    ratio = (dist.log_prob(d["actions"][:, :, agent:agent + 1])[..., 0] - d["log_probs"][..., agent]).exp()
     return torch.where(d["alive"][..., agent].bool(), ratio, torch.ones_like(ratio))
 
 
@@ -232,14 +232,15 @@ def policy_kl(old, new) -> torch.Tensor:
 
 def agent_surrogate_and_kl(actor, theta_row, theta_all, agent: int, d, a_state, old_dist, factor):
     """One agent's surrogate mean_alive[M * rho * A] and mean_alive[KL(pi_old || pi)] over its live steps,
-    each (1,), with its parameters at theta_row (1, P) and the others' at theta_all (N, P); M = factor (L, S)."""
+    each (1,), with its parameters at theta_row (1, P) (the others' rows of theta_all (N, P) are not read);
+    M = factor (L, S); old_dist: the agent's own rollout policy, over (L, S, 1)."""
     theta = torch.cat([theta_all[:agent], theta_row, theta_all[agent + 1:]])  # (N, P), differentiable in theta_row
-    dist, _ = functional_call(actor, as_param_dict(actor, theta),
-                              (d["states"], a_state, d["episode_starts"], d.get("action_masks")))
-    ratio = (dist.log_prob(d["actions"])[..., agent] - d["log_probs"][..., agent]).exp()  # (L, S)
+    dist, _ = forward_agent(actor, agent, d["states"], a_state, d["episode_starts"], d.get("action_masks"),
+                            params=as_param_dict(actor, theta))  # the agent's own network, over (L, S, 1)
+    ratio = (dist.log_prob(d["actions"][:, :, agent:agent + 1])[..., 0] - d["log_probs"][..., agent]).exp()
     alive = d["alive"][..., agent]
     return (masked_mean(factor * ratio * d["advantages"], alive)[None],
-            masked_mean(policy_kl(old_dist, dist)[..., agent], alive)[None])
+            masked_mean(policy_kl(old_dist, dist)[..., 0], alive)[None])
 
 
 def conjugate_gradient(Avp, b: torch.Tensor, iters: int, tol: float = 1e-10) -> torch.Tensor:
@@ -448,20 +449,25 @@ def main(args: Args) -> dict:
 # ============================================================================ 7. UPDATE
         # The agents update one after another, in an order drawn afresh for every update (Kuba et al.
         # 2022). factor (L, S) is M, the product of pi_new / pi_old of the agents already updated; the
-        # next agent takes a trust-region step on the surrogate of M * A. Every forward pass runs all
-        # agents' stacked networks at once; each agent's surrogate and KL read its slice.
-        with torch.no_grad():  # the rollout's policy: every agent's KL is measured from it
-            old_dist, _ = actor(data["states"], a_state, data["episode_starts"], data.get("action_masks"))
+        # next agent takes a trust-region step on the surrogate of M * A. Each agent's forward passes
+        # run its own network only (its rows of the stacked weights: forward_agent).
+        inputs = (data["states"], a_state, data["episode_starts"], data.get("action_masks"))
+        with torch.no_grad():  # the rollout's policy, every agent's (for the logged KL)
+            old_dist, _ = actor(*inputs)
         factor = torch.ones(L, S, device=device)  # (L, S)
         fractions, surrogates = [], []
         for agent in torch.randperm(N, generator=shuffle_gen).tolist():
-            fraction, surrogate = agent_trpo_step(actor, data, a_state, old_dist, agent, factor, args.max_kl,
+            with torch.no_grad():  # the agent's own rollout policy: its KL is measured from it
+                agent_old, _ = forward_agent(actor, agent, *inputs)  # (its weights have not moved yet)
+            fraction, surrogate = agent_trpo_step(actor, data, a_state, agent_old, agent, factor, args.max_kl,
                                                   args.cg_damping, args.cg_iters, args.backtrack_coef,
                                                   args.backtrack_iters)
             fractions, surrogates = fractions + [fraction], surrogates + [surrogate]
             with torch.no_grad():  # the agent's ratio at its new policy joins the factor
-                dist, _ = actor(data["states"], a_state, data["episode_starts"], data.get("action_masks"))
+                dist, _ = forward_agent(actor, agent, *inputs)
                 factor = factor * agent_ratio(dist, data, agent)
+        with torch.no_grad():
+            dist, _ = actor(*inputs)  # every agent's policy after the update (logged entropy and KL)
         # The team critic: regression on the value targets, as in MAPPO.
         for epoch in range(args.update_epochs):
             order = torch.randperm(S, generator=shuffle_gen).to(device)

@@ -3,7 +3,7 @@ before the features: (..., N, in_dim)."""
 from nets.encoders import CNNEncoder, FlatEncoder, MultiEncoder, encoder_for
 from nets.layers import MLP, AgentLinear, make_linear
 from nets.policy import (Actor, AgentNet, Critic, GreedyQ, MaskedCategorical, MaskedGaussian, QPolicy, ValueNorm,
-                         explained_variance)
+                         explained_variance, forward_agent)
 from nets.policy import DeterministicActor, SquashedGaussianActor
 from nets.mixers import NonMonotonicMixer, QMixer, QPLEXMixer, VDNMixer
 from nets.recurrent import RecurrentCore
@@ -13,7 +13,7 @@ __all__ = ["MLP", "AgentLinear", "make_linear", "RecurrentCore", "AgentNet", "Ac
            "ValueNorm", "MaskedCategorical", "MaskedGaussian", "explained_variance", "VDNMixer", "QMixer",
            "QPLEXMixer", "QPolicy", "GreedyQ", "DeterministicActor", "SquashedGaussianActor", "NonMonotonicMixer",
            "GraphNet", "MessagePassing", "adjacency", "edge_features",
-           "encoder_for", "CNNEncoder", "FlatEncoder", "MultiEncoder"]
+           "encoder_for", "CNNEncoder", "FlatEncoder", "MultiEncoder", "forward_agent"]
 from nets.shared import (EncodedPolicy, check_policy_output, gradients_reach, same_parameters, shared_between,
                          trainable_parameters)
 

@@ -206,6 +206,34 @@ class Critic(nn.Module):
         return value.squeeze(-1), state  # (L, B, N)
 
 
+def forward_agent(module: nn.Module, agent: int, obs, state=None, starts=None, action_mask=None,
+                  params: Optional[Dict[str, torch.Tensor]] = None):
+    """Run one agent of a module with separate parameters per agent (an `Actor` or `Critic` built
+    with share_params=False) on its own, for 1/N of the work of the full call.
+
+    Every parameter (or, given, `params`: full-size tensors by name, as torch.func.functional_call
+    takes them) and the actor's action_dim_mask are cut to row `agent` of their agent axis (views:
+    gradients land in that row), and so is every input: obs, starts and action_mask (L, B, N, ...)
+    on axis 2, the recurrent state's (B, N, H) tensors on axis 1. The outputs keep an agent axis of
+    length 1 and equal slot `agent` of the full call. The heterogeneous-agent methods (HAPPO,
+    HATRPO, HAA2C) need it: they update one agent at a time.
+    """
+    rows = module.agent_rows()
+    n_agents = module.net.n_agents
+    if any(r is None or not torch.equal(r, torch.arange(n_agents)) for r in rows.values()):
+        raise ValueError("forward_agent needs one parameter set per agent (share_params=False, no groups)")
+    one = slice(agent, agent + 1)
+    full = dict(module.named_parameters()) if params is None else params
+    mine = {name: tensor[one] for name, tensor in full.items()}
+    mine.update({name: b[one] for name, b in module.named_buffers() if name == "action_dim_mask"})
+
+    def cut(x):  # (L, B, N, ...) -> (L, B, 1, ...)
+        return None if x is None else x[:, :, one]
+
+    state = None if state is None else tuple(s[:, one] for s in state)
+    return torch.func.functional_call(module, mine, (cut(obs), state, cut(starts), cut(action_mask)))
+
+
 class DeterministicAction:
     """The "distribution" of a deterministic continuous policy: `mode()` and `sample()` are mu(o);
     exploration noise is the algorithm's business."""

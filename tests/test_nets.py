@@ -184,3 +184,41 @@ def test_masked_categorical_samples_follow_the_probabilities():
     counts = torch.bincount(dist.sample(), minlength=5).float() / 200_000
     assert counts[4] == 0.0
     assert torch.allclose(counts, dist.probs[0], atol=0.005)
+
+
+# ----------------------------------------------------------------------------- one agent of a stacked actor
+@pytest.mark.parametrize("discrete,recurrent", [(True, "none"), (True, "gru"), (False, "none")])
+def test_forward_agent_equals_its_slot_of_the_full_call_and_trains_only_its_rows(discrete, recurrent):
+    """nets.forward_agent runs agent n of a separate-parameter actor alone: the same distribution as
+    slot n of the full call (masks, recurrent state and padded action dimensions cut with it), and a
+    loss on it moves only row n of every stacked parameter."""
+    from nets import Actor, forward_agent
+
+    torch.manual_seed(0)
+    N, A, L, B = 3, 4, 5, 6
+    dim_mask = torch.ones(N, A, dtype=torch.bool)
+    dim_mask[2, 3] = False  # agent 2 has one dimension fewer
+    actor = Actor(7, N, discrete, A, dim_mask, False, (16, 16), recurrent)
+    obs, starts = torch.randn(L, B, N, 7), (torch.rand(L, B, N) < 0.2).float()
+    mask = torch.rand(L, B, N, A) < 0.7
+    mask[..., 0] = True
+    state = actor.initial_state(B)
+    state = None if state is None else tuple(torch.randn_like(s) for s in state)
+    full, full_state = actor(obs, state, starts, mask if discrete else None)
+    actions = full.sample()
+    for n in range(N):
+        mine, my_state = forward_agent(actor, n, obs, state, starts, mask if discrete else None)
+        one = slice(n, n + 1)
+        torch.testing.assert_close(mine.log_prob(actions[:, :, one]), full.log_prob(actions)[:, :, one])
+        torch.testing.assert_close(mine.entropy(), full.entropy()[:, :, one])
+        if recurrent != "none":
+            torch.testing.assert_close(my_state[0], full_state[0][:, one])
+    actor.zero_grad()
+    dist, _ = forward_agent(actor, 1, obs, state, starts, mask if discrete else None)
+    dist.log_prob(actions[:, :, 1:2]).sum().backward()
+    for name, p in actor.named_parameters():
+        assert p.grad[1].abs().sum() > 0, name
+        assert p.grad[0].abs().sum() == 0 and p.grad[2].abs().sum() == 0, name
+    shared = Actor(7, N, True, A, torch.ones(N, A, dtype=torch.bool), True, (16,))
+    with pytest.raises(ValueError, match="one parameter set per agent"):
+        forward_agent(shared, 0, obs)
