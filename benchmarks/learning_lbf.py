@@ -1,6 +1,7 @@
-"""Learning bar on Level-Based Foraging: MAPPO on `lbf:Foraging-8x8-2p-3f-v3` (8x8 grid, 2 agents,
-3 food items, 50-step episodes) reaches a mean normalised return >= 0.8 within 5M env steps,
-3 seeds (the best point of the 3-seed mean evaluation curve within the budget).
+"""Learning bars on Level-Based Foraging `lbf:Foraging-8x8-2p-3f-v3` (8x8 grid, 2 agents, 3 food
+items, 50-step episodes): a mean normalised return >= 0.8 for MAPPO within 5M env steps and for
+QMIX within 2M, 3 seeds each (the best point of the 3-seed mean evaluation curve within the
+algorithm's budget).
 
 The normalised return is LBF's own: collecting food of level f pays f / (total level spawned),
 shared between the agents that load it, so the team's return summed over agents is the fraction
@@ -9,7 +10,7 @@ of the food collected (1.0: all of it). With LBF's default arguments (`normalize
 (`eval/episodic_return`, `summary.json`'s `eval_return_mean`); this script refuses runs made
 with other reward settings. A random policy (uniform over the valid actions) scores 0.20 here (`--random`).
 
-The preset evaluates by sampling from the policy (`eval_policy: sampled`), as EPyMARL evaluates
+MAPPO's preset evaluates by sampling from the policy (`eval_policy: sampled`), as EPyMARL evaluates
 MAPPO (its `soft_policies` action selector samples in test mode too), and each row says which
 evaluation its curve is. After training, the script also plays every run's final checkpoint
 greedily (100 episodes, `--evaluate-checkpoint ... --eval-policy greedy`) and shows that beside
@@ -17,11 +18,15 @@ it, because on LBF the two part ways: a feed-forward greedy policy can lock itse
 agent stepping into its partner's cell while the partner waits to load: the same state, the same
 actions, every step to the time limit), which sampling escapes (BENCHMARKS.md).
 
-Trains with the preset `configs/mappo/lbf_Foraging-8x8-2p-3f-v3.yaml` through `run.py` (runs
+QMIX's preset (`configs/qmix/lbf_Foraging-8x8-2p-3f-v3.yaml`, the file's defaults written out)
+evaluates greedily, as every value-based method does: its GRU agents see their own history.
+
+Trains with the presets `configs/<algo>/lbf_Foraging-8x8-2p-3f-v3.yaml` through `run.py` (runs
 go to <run-dir>/<env>/<algo>/, a second launch resumes or skips them), or reads runs already
 made (`--from-runs`, any depth, finished or not) with `common/results.py`:
 
     python benchmarks/learning_lbf.py --seeds 3 --workers 2 --total-timesteps 500000   # ~10 min a seed on one core
+    python benchmarks/learning_lbf.py --algo qmix --seeds 3 --total-timesteps 500000   # ~20 min a seed on one core
     python benchmarks/learning_lbf.py --from-runs runs/bench_lbf --json lbf.json --plot lbf.png
     python benchmarks/learning_lbf.py --random                                   # the random policy's score
 """
@@ -35,8 +40,8 @@ import run as launcher
 from common.results import curves_on_grid, find_runs, latest_per_seed, mean_and_band, read_run, scalar_history
 
 ENV = "lbf:Foraging-8x8-2p-3f-v3"
-BUDGET = 5_000_000
-BARS = {"mappo": 0.8}
+BARS = {"mappo": (0.8, 5_000_000), "qmix": (0.8, 2_000_000)}  # algo: (normalised return, within env steps)
+BUDGET = 5_000_000  # the window of an algorithm without a bar
 REWARD_ARGS = ("normalize_reward", "penalty")  # env arguments that would change what the return means
 
 
@@ -60,15 +65,21 @@ def training_curve(run_path: str) -> list:
     return [((w + 1) * WINDOW, float(np.mean(v))) for w, v in sorted(windows.items())]
 
 
-def report(records, budget: int, out_path=None) -> list:
-    """One row per algorithm: best and final point of the mean greedy curve within the budget, against the bar."""
+def bar_of(algo: str):
+    """(bar, budget) of an algorithm (a label like 'qmix' or 'qmix,greedy'); (None, BUDGET) without a bar."""
+    return BARS.get(algo.split(",")[0], (None, BUDGET))
+
+
+def report(records, out_path=None) -> list:
+    """One row per algorithm: best and final point of the mean evaluation curve within its budget, against its bar."""
     rows = []
     by_algo = {}
     for r in records:
         by_algo.setdefault(f"{r['label']},{r['args'].get('eval_policy', 'greedy')}", []).append(r)
     print(f"\n{'algo,eval':<15} {'seeds':>5} {'steps (min)':>12} {'best mean eval':>15} {'final mean eval':>16} "
-          f"{'bar':>5} {'met':>4}   (normalised return within {budget:,d} env steps)")
+          f"{'bar':>5} {'met':>4}   (normalised return within each algorithm's budget)")
     for algo, runs in sorted(by_algo.items()):
+        bar, budget = bar_of(algo)
         steps, values = curves_on_grid([[(s, v) for s, v in r["curve"] if s <= budget * 1.001] for r in runs])
         mean, low, high, count = mean_and_band(values)
         full = count == len(runs)  # points every seed has reached
@@ -78,12 +89,12 @@ def report(records, budget: int, out_path=None) -> list:
         best_i = int(np.nanargmax(np.where(full, mean, np.nan)))
         final_i = int(np.flatnonzero(full)[-1])
         reached = int(steps[final_i])
-        bar = BARS.get(algo.split(",")[0])
         met = None if bar is None or (reached < budget * 0.999 and mean[best_i] < bar) else bool(mean[best_i] >= bar)
         train_steps, train_values = curves_on_grid([[(s, v) for s, v in r["train_curve"] if s <= budget * 1.001]
                                                     for r in runs])
         train_mean = mean_and_band(train_values)[0] if train_values.size else np.array([np.nan])
-        rows.append(dict(algo=algo, seeds=len(runs), steps_reached=reached, best_mean_eval=float(mean[best_i]),
+        rows.append(dict(algo=algo, seeds=len(runs), budget=budget, steps_reached=reached,
+                         best_mean_eval=float(mean[best_i]),
                          best_at=int(steps[best_i]), best_ci=[float(low[best_i]), float(high[best_i])],
                          final_mean_eval=float(mean[final_i]), bar=bar, met=met,
                          best_per_seed=[float(np.nanmax(v[full])) for v in values],
@@ -94,14 +105,15 @@ def report(records, budget: int, out_path=None) -> list:
         sampled = rows[-1]["final_mean_train_return"]
         greedy = [g for g in rows[-1]["final_greedy_per_seed"] if g is not None]
         print(f"{algo:<15} {len(runs):>5} {reached:>12,d} {mean[best_i]:>15.3f} {mean[final_i]:>16.3f} "
-              f"{bar if bar is not None else '-':>5} {verdict:>4}   best at {int(steps[best_i]):,d}; per seed best: "
+              f"{bar if bar is not None else '-':>5} {verdict:>4}   within {budget:,d}; best at "
+              f"{int(steps[best_i]):,d}; per seed best: "
               + ", ".join(f"{x:.2f}" for x in rows[-1]["best_per_seed"])
               + (f"; sampled policy (training episodes, last {WINDOW:,d} steps): {sampled:.3f}"
                  if sampled is not None else "")
               + (f"; final checkpoint played greedily: " + ", ".join(f"{g:.2f}" for g in greedy) if greedy else ""))
     if out_path:
         with open(out_path, "w") as f:
-            json.dump({"env": ENV, "budget": budget, "rows": rows,
+            json.dump({"env": ENV, "rows": rows,
                        "curves": {r["label"] + f" seed {r['seed']}": r["curve"] for r in records},
                        "training_curves": {r["label"] + f" seed {r['seed']}": r["train_curve"] for r in records}},
                       f, indent=2)
@@ -124,9 +136,9 @@ def plot(records, path: str) -> None:
         mean, low, high, _ = mean_and_band(values)
         line, = ax.plot(steps / 1e6, mean, lw=2, label=f"{algo} ({len(runs)} seeds)")
         ax.fill_between(steps / 1e6, low, high, color=line.get_color(), alpha=0.2)
-        bar = BARS.get(algo.split(",")[0])
+        bar, budget = bar_of(algo)
         if bar is not None:
-            ax.axhline(bar, color=line.get_color(), ls="--", lw=1, label=f"bar {bar:g} by 5M")
+            ax.axhline(bar, color=line.get_color(), ls="--", lw=1, label=f"bar {bar:g} by {budget / 1e6:g}M")
     ax.set_xlabel("env steps (millions)")
     ax.set_ylabel("evaluation, normalised return")
     ax.set_title(ENV)
@@ -168,7 +180,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", nargs="+", default=["mappo"])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--total-timesteps", type=int, default=BUDGET, help="env steps per run")
+    parser.add_argument("--total-timesteps", type=int, default=None,
+                        help="env steps per run (default: the preset's, each algorithm's budget)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--run-dir", default="runs/bench_lbf")
     parser.add_argument("--from-runs", default=None, help="read every run under this folder instead of training")
@@ -182,8 +195,8 @@ def main() -> None:
     root = opts.from_runs or opts.run_dir
     if not opts.from_runs:
         launcher.main(["--algo", *opts.algo, "--env", ENV, "--seeds", str(opts.seeds), "--presets",
-                       "--workers", str(opts.workers), "--run-dir", root, "--",
-                       "--total-timesteps", str(opts.total_timesteps)])
+                       "--workers", str(opts.workers), "--run-dir", root]
+                      + (["--", "--total-timesteps", str(opts.total_timesteps)] if opts.total_timesteps else []))
     records = latest_per_seed([read_run(p) for p in find_runs(root)])
     records = [dict(r, train_curve=training_curve(r["path"])) for r in records if r["env"] == ENV and r["curve"]]
     records = [dict(r, final_greedy=final_greedy(r["path"]) if r["args"].get("eval_policy") == "sampled"
@@ -192,7 +205,7 @@ def main() -> None:
     if len(kept) < len(records):
         print(f"left out {len(records) - len(kept)} run(s) made with {' or '.join(REWARD_ARGS)} changed: "
               "their return is not the normalised return")
-    report(kept, opts.total_timesteps if not opts.from_runs else BUDGET, opts.json)
+    report(kept, opts.json)
     if opts.plot:
         plot(kept, opts.plot)
 

@@ -232,3 +232,28 @@ def test_wallclock_benchmark_times_a_run_and_reads_it_back(tmp_path):
     assert saved["time_met"] is True and saved["sps_met"] is False  # a 1,600-step run is nowhere near 40k SPS
     (again,) = wallclock_mappo.main(["--from-runs", str(tmp_path / "runs"), "--target", "0"])
     assert again["steps_to_target"] is None and again["sps"] == run["sps"]
+
+
+# ----------------------------------------------------------------------------- LBF bars, each within its own budget
+def test_lbf_report_judges_each_algorithm_within_its_own_budget(tmp_path):
+    """benchmarks/learning_lbf.py: QMIX's bar counts within 2M env steps (a later point is cut off)
+    and MAPPO's within 5M; a run shorter than its budget that already passed the bar meets it, one
+    that has not is still open, not failed."""
+    import sys
+
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import learning_lbf
+
+    def record(label, seed, curve):
+        return dict(label=label, seed=seed, args={}, curve=curve, train_curve=[(50_000, 0.5)], final_greedy=None)
+
+    records = [record("qmix", s, [(500_000, 0.7 + 0.05 * s), (1_000_000, 0.8), (3_000_000, 1.0)]) for s in (1, 2, 3)]
+    records += [record("mappo", s, [(1_000_000, 0.5)]) for s in (1, 2)]
+    out = tmp_path / "lbf.json"
+    rows = {r["algo"]: r for r in learning_lbf.report(records, str(out))}
+    qmix, mappo = rows["qmix,greedy"], rows["mappo,greedy"]
+    assert qmix["budget"] == 2_000_000 and qmix["steps_reached"] == 1_000_000  # the 3M point is past the budget
+    assert qmix["best_mean_eval"] == pytest.approx(0.8) and qmix["met"] is True
+    assert qmix["best_per_seed"] == pytest.approx([0.8, 0.8, 0.85])
+    assert mappo["budget"] == 5_000_000 and mappo["met"] is None  # 1M of 5M, below the bar so far
+    assert json.loads(out.read_text())["rows"][0]["algo"] in rows
