@@ -109,6 +109,10 @@ class MaskedCategorical(Categorical):
     def mode(self) -> torch.Tensor:
         return self.logits.argmax(-1)
 
+    def agent(self, n: int) -> "MaskedCategorical":
+        """The distribution of agent n alone, over (L, B, 1): axis 2 of (L, B, N, n_actions) cut."""
+        return MaskedCategorical(self.logits[:, :, n:n + 1])
+
     def entropy(self) -> torch.Tensor:
         # p*log p with p = 0 is 0; the masked logits would otherwise give 0 * -inf.
         p_log_p = self.probs * self.logits
@@ -127,6 +131,11 @@ class MaskedGaussian:
 
     def mode(self) -> torch.Tensor:
         return self.normal.mean
+
+    def agent(self, n: int) -> "MaskedGaussian":
+        """The distribution of agent n alone, over (L, B, 1, act_dim)."""
+        one = slice(n, n + 1)
+        return MaskedGaussian(self.normal.loc[:, :, one], self.normal.scale[:, :, one].log(), self.dim_mask[one])
 
     def log_prob(self, action: torch.Tensor) -> torch.Tensor:
         return (self.normal.log_prob(action) * self.dim_mask).sum(-1)
@@ -208,21 +217,26 @@ class Critic(nn.Module):
 
 def forward_agent(module: nn.Module, agent: int, obs, state=None, starts=None, action_mask=None,
                   params: Optional[Dict[str, torch.Tensor]] = None):
-    """Run one agent of a module with separate parameters per agent (an `Actor` or `Critic` built
-    with share_params=False) on its own, for 1/N of the work of the full call.
+    """Run one agent of an `Actor` with separate parameters per agent (share_params=False) on its
+    own, for 1/N of the work of the full call.
 
     Every parameter (or, given, `params`: full-size tensors by name, as torch.func.functional_call
     takes them) and the actor's action_dim_mask are cut to row `agent` of their agent axis (views:
     gradients land in that row), and so is every input: obs, starts and action_mask (L, B, N, ...)
     on axis 2, the recurrent state's (B, N, H) tensors on axis 1. The outputs keep an agent axis of
     length 1 and equal slot `agent` of the full call. The heterogeneous-agent methods (HAPPO,
-    HATRPO, HAA2C) need it: they update one agent at a time.
+    HATRPO, HAA2C) need it: they update one agent at a time. An image encoder's grouped
+    convolutions (nets.encoders) do not keep the agent on the first axis of their weights; such an
+    actor runs in full and its distribution is cut to the agent afterwards (the same numbers).
     """
     rows = module.agent_rows()
     n_agents = module.net.n_agents
     if any(r is None or not torch.equal(r, torch.arange(n_agents)) for r in rows.values()):
         raise ValueError("forward_agent needs one parameter set per agent (share_params=False, no groups)")
     one = slice(agent, agent + 1)
+    if any(True for _ in module.net.encoder.parameters()):  # a CNN in front: run every agent, keep one
+        dist, state = torch.func.functional_call(module, params or {}, (obs, state, starts, action_mask))
+        return dist.agent(agent), None if state is None else tuple(s[:, one] for s in state)
     full = dict(module.named_parameters()) if params is None else params
     mine = {name: tensor[one] for name, tensor in full.items()}
     mine.update({name: b[one] for name, b in module.named_buffers() if name == "action_dim_mask"})

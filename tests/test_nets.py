@@ -187,19 +187,23 @@ def test_masked_categorical_samples_follow_the_probabilities():
 
 
 # ----------------------------------------------------------------------------- one agent of a stacked actor
-@pytest.mark.parametrize("discrete,recurrent", [(True, "none"), (True, "gru"), (False, "none")])
-def test_forward_agent_equals_its_slot_of_the_full_call_and_trains_only_its_rows(discrete, recurrent):
+@pytest.mark.parametrize("discrete,recurrent,obs_shape", [(True, "none", (7,)), (True, "gru", (7,)),
+                                                         (False, "none", (7,)), (True, "none", (5, 5, 3)),
+                                                         (False, "gru", (5, 5, 3))])
+def test_forward_agent_equals_its_slot_of_the_full_call_and_trains_only_its_rows(discrete, recurrent, obs_shape):
     """nets.forward_agent runs agent n of a separate-parameter actor alone: the same distribution as
     slot n of the full call (masks, recurrent state and padded action dimensions cut with it), and a
-    loss on it moves only row n of every stacked parameter."""
+    loss on it moves only agent n's parameters. Image observations (a CNN with grouped convolutions
+    in front) take the full call and cut its distribution: the same numbers."""
     from nets import Actor, forward_agent
 
     torch.manual_seed(0)
     N, A, L, B = 3, 4, 5, 6
     dim_mask = torch.ones(N, A, dtype=torch.bool)
     dim_mask[2, 3] = False  # agent 2 has one dimension fewer
-    actor = Actor(7, N, discrete, A, dim_mask, False, (16, 16), recurrent)
-    obs, starts = torch.randn(L, B, N, 7), (torch.rand(L, B, N) < 0.2).float()
+    actor = Actor(obs_shape if len(obs_shape) == 3 else obs_shape[0], N, discrete, A, dim_mask, False, (16, 16),
+                  recurrent)
+    obs, starts = torch.rand(L, B, N, *obs_shape), (torch.rand(L, B, N) < 0.2).float()
     mask = torch.rand(L, B, N, A) < 0.7
     mask[..., 0] = True
     state = actor.initial_state(B)
@@ -217,8 +221,9 @@ def test_forward_agent_equals_its_slot_of_the_full_call_and_trains_only_its_rows
     dist, _ = forward_agent(actor, 1, obs, state, starts, mask if discrete else None)
     dist.log_prob(actions[:, :, 1:2]).sum().backward()
     for name, p in actor.named_parameters():
-        assert p.grad[1].abs().sum() > 0, name
-        assert p.grad[0].abs().sum() == 0 and p.grad[2].abs().sum() == 0, name
+        rows = p.grad.reshape(N, -1)  # the agent axis first (a grouped conv's N * channels too)
+        assert rows[1].abs().sum() > 0, name
+        assert rows[0].abs().sum() == 0 and rows[2].abs().sum() == 0, name
     shared = Actor(7, N, True, A, torch.ones(N, A, dtype=torch.bool), True, (16,))
     with pytest.raises(ValueError, match="one parameter set per agent"):
-        forward_agent(shared, 0, obs)
+        forward_agent(shared, 0, torch.randn(L, B, N, 7))
