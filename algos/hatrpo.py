@@ -452,15 +452,13 @@ def main(args: Args) -> dict:
         # next agent takes a trust-region step on the surrogate of M * A. Each agent's forward passes
         # run its own network only (its rows of the stacked weights: forward_agent).
         inputs = (data["states"], a_state, data["episode_starts"], data.get("action_masks"))
-        with torch.no_grad():  # the rollout's policy, every agent's (for the logged KL)
+        with torch.no_grad():  # the rollout's policy: every agent's KL is measured from it
             old_dist, _ = actor(*inputs)
         factor = torch.ones(L, S, device=device)  # (L, S)
         fractions, surrogates = [], []
         for agent in torch.randperm(N, generator=shuffle_gen).tolist():
-            with torch.no_grad():  # the agent's own rollout policy: its KL is measured from it
-                agent_old, _ = forward_agent(actor, agent, *inputs)  # (its weights have not moved yet)
-            fraction, surrogate = agent_trpo_step(actor, data, a_state, agent_old, agent, factor, args.max_kl,
-                                                  args.cg_damping, args.cg_iters, args.backtrack_coef,
+            fraction, surrogate = agent_trpo_step(actor, data, a_state, old_dist.agent(agent), agent, factor,
+                                                  args.max_kl, args.cg_damping, args.cg_iters, args.backtrack_coef,
                                                   args.backtrack_iters)
             fractions, surrogates = fractions + [fraction], surrogates + [surrogate]
             with torch.no_grad():  # the agent's ratio at its new policy joins the factor

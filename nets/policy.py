@@ -239,7 +239,7 @@ def forward_agent(module: nn.Module, agent: int, obs, state=None, starts=None, a
         return dist.agent(agent), None if state is None else tuple(s[:, one] for s in state)
     full = dict(module.named_parameters()) if params is None else params
     mine = {name: tensor[one] for name, tensor in full.items()}
-    mine.update({name: b[one] for name, b in module.named_buffers() if name == "action_dim_mask"})
+    mine["action_dim_mask"] = module.action_dim_mask[one]
 
     def cut(x):  # (L, B, N, ...) -> (L, B, 1, ...)
         return None if x is None else x[:, :, one]
