@@ -182,10 +182,9 @@ def make_job(module, algo: str, env: str, seed: int, point: Dict[str, Any], flag
 
 def plan(opts, extra: List[str], run_dir: str) -> List[Job]:
     """Every run of the grid and what to do with it: start it (new), resume its folder, or skip
-    it (done). A saved run whose args.json differs from what this launch asks for is an error,
-    except a larger --total-timesteps, which resumes it to train longer."""
+    it (done); see check_saved."""
     points = sweep_points(opts.sweep, opts.sweep_file)
-    jobs, conflicts = [], []
+    jobs = []
     for env in opts.env:
         try:
             env_arguments(env)
@@ -196,6 +195,14 @@ def plan(opts, extra: List[str], run_dir: str) -> List[Job]:
             preset = preset_for(algo, env) if opts.presets else None
             flags = [*(["--config", preset] if preset else []), *extra, *point_flags(module.Args, point)]
             jobs += [make_job(module, algo, env, seed, point, flags, run_dir) for seed in range(1, opts.seeds + 1)]
+    return check_saved(jobs)
+
+
+def check_saved(jobs: List[Job]) -> List[Job]:
+    """Mark each job whose folder an earlier launch made: done (finished, same settings) or resume.
+    A saved run whose args.json differs from what this launch asks for is an error, except a
+    larger --total-timesteps, which resumes it to train longer."""
+    conflicts = []
     for job in (j for j in jobs if j.path):
         changed = changed_settings(job.path, job.resolved)
         finished = os.path.isfile(os.path.join(job.path, "summary.json"))

@@ -14,7 +14,9 @@ evaluation curve over seeds within the budget and its final point, beside the ba
 
 `--torch` trains on `torch:simple_spread` / `torch:simple_speaker_listener`, the torch port of
 the same tasks (mpe2's dynamics step for step; initial states drawn by torch), several times
-faster on the CPU. Runs go to <run-dir>/<env>/<algo>/. Each run's learning rate decays over
+faster on the CPU. Runs go to <run-dir>/<env>/<algo>/ through run.py's pool, seed by seed
+(every algorithm's seed 1 first); launching the same command again reads finished runs back
+and resumes interrupted ones from their checkpoints. Each run's learning rate decays over
 --total-timesteps, so a shorter budget is a different schedule, not a prefix of the 5M run.
 """
 import argparse
@@ -22,7 +24,6 @@ import glob
 import importlib
 import json
 import os
-from multiprocessing import Pool
 
 from learning_mpe import mean_curve, read_run  # the same curve arithmetic and run reader as the MPE bars
 
@@ -40,14 +41,39 @@ def task_of(env: str) -> str:
     return name.rsplit("_v", 1)[0] if name.rsplit("_v", 1)[-1].isdigit() else name
 
 
-def train(job) -> dict:
-    """One run with the file's defaults: (algo, env, seed, total env steps, run folder) -> summary."""
-    from common.cli import make_args
+def train(opts) -> list:
+    """Every (task, algo) with a bar x seeds 1..SEEDS, seed by seed (every algorithm's seed 1 first),
+    with the file's defaults, through run.py's pool: a finished run is read back, an interrupted one
+    resumes from its checkpoint when the same command is launched again. Returns the summaries."""
+    import run as launcher
 
-    algo, env, seed, total, run_dir = job
-    module = importlib.import_module(f"algos.{algo}")
-    return module.main(make_args(module.Args, env=env, seed=seed, total_timesteps=total, run_dir=run_dir,
-                                 checkpoint_every=0))
+    extra = [] if opts.total_timesteps is None else ["--total-timesteps", str(opts.total_timesteps)]
+    jobs = []
+    for seed in range(1, opts.seeds + 1):
+        for task, algo in BARS:
+            if task in opts.task and algo in opts.algo:
+                env = f"torch:{task}" if opts.torch else task
+                jobs.append(launcher.make_job(importlib.import_module(f"algos.{algo}"), algo, env, seed, {}, extra,
+                                              opts.run_dir))
+    jobs = launcher.check_saved(jobs)
+    summaries = {}
+    for i, job in enumerate(jobs):
+        if job.status == "done":
+            with open(os.path.join(job.path, "summary.json")) as f:
+                summaries[i] = json.load(f)
+    tasks = [(i, j.algo, j.argv + (["--resume", j.path] if j.status == "resume" else []))
+             for i, j in enumerate(jobs) if j.status != "done"]
+    print(f"{len(jobs)} runs: {len(tasks)} to train or resume, {len(summaries)} finished; in {opts.run_dir}", flush=True)
+
+    def on_result(index, summary, error):
+        if error:
+            print(f"run failed: {jobs[index].env} {jobs[index].algo} seed {jobs[index].seed}\n{error}", flush=True)
+        else:
+            summaries[index] = summary
+            print(f"done: {jobs[index].env} {jobs[index].algo} seed {jobs[index].seed}", flush=True)
+
+    launcher.run_local(tasks, opts.workers, on_result)
+    return [summaries[i] for i in sorted(summaries)]
 
 
 def report(by_key, budget: int, out_path=None) -> list:
@@ -114,7 +140,8 @@ def main() -> None:
                         help="tasks to train; each algorithm runs on the tasks where it has a bar")
     parser.add_argument("--torch", action="store_true", help="train on the torch port (torch:<task>)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 1..SEEDS")
-    parser.add_argument("--total-timesteps", type=int, default=BUDGET, help="env steps per run (the bars' budget)")
+    parser.add_argument("--total-timesteps", type=int, default=None,
+                        help="env steps per run (default: each file's own, the bars' budget of 5M)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs trained at the same time")
     parser.add_argument("--run-dir", default="runs/bench_ha")
     parser.add_argument("--from-runs", default=None, help="read every run folder under this one (summary.json, or the "
@@ -126,16 +153,12 @@ def main() -> None:
         summaries = [read_run(os.path.dirname(p)) for p in
                      glob.glob(os.path.join(opts.from_runs, "**", "args.json"), recursive=True)]
     else:
-        jobs = [(algo, f"torch:{task}" if opts.torch else task, seed, opts.total_timesteps,
-                 os.path.join(opts.run_dir, f"torch:{task}" if opts.torch else task, algo))
-                for task, algo in BARS if task in opts.task and algo in opts.algo for seed in range(1, opts.seeds + 1)]
-        with Pool(min(opts.workers, len(jobs))) as pool:
-            summaries = pool.map(train, jobs, chunksize=1)
+        summaries = train(opts)
     by_key = {}
     for s in summaries:
         if s["eval_history"] and s["algo"] in opts.algo and task_of(s["env"]) in opts.task:
             by_key.setdefault((task_of(s["env"]), s["algo"]), []).append(s)
-    report(by_key, min(opts.total_timesteps, BUDGET), opts.json)
+    report(by_key, min(opts.total_timesteps or BUDGET, BUDGET), opts.json)
     if opts.plot and by_key:
         plot(by_key, opts.plot)
 

@@ -257,3 +257,29 @@ def test_lbf_report_judges_each_algorithm_within_its_own_budget(tmp_path):
     assert qmix["best_per_seed"] == pytest.approx([0.8, 0.8, 0.85])
     assert mappo["budget"] == 5_000_000 and mappo["met"] is None  # 1M of 5M, below the bar so far
     assert json.loads(out.read_text())["rows"][0]["algo"] in rows
+
+
+# ----------------------------------------------------------------------------- bars of the trust-region family
+def test_ha_benchmark_trains_seed_by_seed_and_skips_finished_runs(tmp_path, capsys):
+    """benchmarks/learning_ha.py goes through run.py's jobs: every algorithm's seed 1 before any
+    seed 2, a second launch reads the finished runs back instead of training them again, and a run
+    shorter than the 5M budget is not judged against its bar."""
+    import sys
+    from types import SimpleNamespace
+
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import learning_ha
+
+    opts = SimpleNamespace(algo=["happo", "haa2c"], task=["simple_spread"], torch=True, seeds=2,
+                           total_timesteps=320, workers=1, run_dir=str(tmp_path))
+    first = learning_ha.train(opts)
+    assert [(s["algo"], s["seed"]) for s in first] == [("happo", 1), ("haa2c", 1), ("happo", 2), ("haa2c", 2)]
+    assert "4 runs: 4 to train or resume, 0 finished" in capsys.readouterr().out
+    again = learning_ha.train(opts)
+    assert "4 runs: 0 to train or resume, 4 finished" in capsys.readouterr().out
+    assert [s["run_dir"] for s in again] == [s["run_dir"] for s in first]
+    by_key = {}
+    for s in again:
+        by_key.setdefault((learning_ha.task_of(s["env"]), s["algo"]), []).append(s)
+    rows = learning_ha.report(by_key, learning_ha.BUDGET)
+    assert {r["algo"]: r["met"] for r in rows} == {"happo": "n/a", "haa2c": "n/a"}
