@@ -47,23 +47,17 @@ def mean_curve(summaries):
 
 
 def read_run(run_path: str) -> dict:
-    """A run's summary.json, or, for a run still going (or cut short), what its TensorBoard
-    log holds so far: algo, env, seed and the evaluation history."""
-    summary_path = os.path.join(run_path, "summary.json")
-    if os.path.exists(summary_path):
-        with open(summary_path) as f:
-            return json.load(f)
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    """A run's summary.json with its whole evaluation curve, or, for a run still going (or cut
+    short), what its TensorBoard log holds so far: algo, env, seed and the evaluation history.
+    The curve comes from common.results.read_run, which also reads back the evaluations a resumed
+    run made before its checkpoint (older summary.json files of resumed runs lack them)."""
+    from common.results import read_run as read_record
 
-    with open(os.path.join(run_path, "args.json")) as f:
-        args = json.load(f)
-    events = EventAccumulator(run_path)
-    events.Reload()
-    tags = events.Tags()["scalars"]
-    history = [(int(e.step), float(e.value)) for e in events.Scalars("eval/episodic_return")] \
-        if "eval/episodic_return" in tags else []
-    algo = os.path.basename(run_path).split("__")[0] if args.get("exp_name") is None else args["exp_name"]
-    return {"algo": algo, "env": args["env"], "seed": args["seed"], "eval_history": history, "unfinished": True}
+    record = read_record(run_path)
+    if record["summary"]:
+        return {**record["summary"], "eval_history": [list(p) for p in record["curve"]]}
+    return {"algo": record["algo"], "env": record["env"], "seed": record["seed"],
+            "eval_history": [list(p) for p in record["curve"]], "unfinished": True}
 
 
 def report(summaries_by_algo, out_path=None):

@@ -7,6 +7,7 @@ import glob
 import json
 import os
 
+import numpy as np
 import pytest
 
 import common.run_utils
@@ -87,6 +88,9 @@ def test_killed_run_resumes_to_the_result_of_an_uninterrupted_one(tmp_path, monk
     assert resumed["run_dir"] == folder
     for key in ("global_step", "eval_return_mean", "final_losses"):
         assert resumed[key] == whole[key], key
+    # summary.json's curve holds the evaluations made before the cut too (those read back as float32)
+    assert [s for s, _ in resumed["eval_history"]] == [s for s, _ in whole["eval_history"]]
+    assert np.allclose([v for _, v in resumed["eval_history"]], [v for _, v in whole["eval_history"]], rtol=1e-6)
     # The table reads the whole curve back from the event files, not only the resumed part.
     cut_rows, whole_rows = table_rows(tmp_path / "cut"), table_rows(tmp_path / "whole")
     for key in ("final_mean", "best_mean", "env_steps_max"):
