@@ -283,3 +283,24 @@ def test_ha_benchmark_trains_seed_by_seed_and_skips_finished_runs(tmp_path, caps
         by_key.setdefault((learning_ha.task_of(s["env"]), s["algo"]), []).append(s)
     rows = learning_ha.report(by_key, learning_ha.BUDGET)
     assert {r["algo"]: r["met"] for r in rows} == {"happo": "n/a", "haa2c": "n/a"}
+
+
+def test_spread_behaviour_reads_a_trained_run_and_refuses_other_envs(tmp_path):
+    """benchmarks/spread_behaviour.py: per-step team rewards that add up to the episode return,
+    a coverage step within the episode, non-negative collisions; a run on another env is refused."""
+    import sys
+
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import spread_behaviour
+
+    spread = mappo.main(make_args(mappo.Args, env="torch:simple_spread", total_timesteps=100, num_envs=2, num_steps=25,
+                                  eval_every=0, eval_episodes=1, eval_num_envs=1, cuda=False, run_dir=str(tmp_path)))
+    (row,) = spread_behaviour.main([spread["run_dir"], "--episodes", "8", "--json", str(tmp_path / "b.json")])
+    assert row["episodes"] == 8 and len(row["team_reward_per_step"]) == 25
+    assert row["return"] == pytest.approx(sum(row["team_reward_per_step"]), abs=1e-3)
+    assert 1 <= row["covered_by_step"] <= 25 and 0 <= row["never_covered"] <= 1 and row["colliding_pairs"] >= 0
+    assert json.loads((tmp_path / "b.json").read_text())[0]["algo"] == "mappo"
+    other = mappo.main(make_args(mappo.Args, env="matrix_game", total_timesteps=20, num_envs=2, num_steps=5,
+                                 eval_every=0, eval_episodes=1, eval_num_envs=1, cuda=False, run_dir=str(tmp_path / "m")))
+    with pytest.raises(SystemExit, match="simple_spread"):
+        spread_behaviour.main([other["run_dir"]])
