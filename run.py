@@ -218,6 +218,19 @@ def check_saved(jobs: List[Job]) -> List[Job]:
 
 
 # ============================================================================ running
+def finished_and_tasks(jobs: List[Job]) -> Tuple[Dict[int, dict], List[Tuple[int, str, List[str]]]]:
+    """The summaries of the finished jobs by index, and the (index, algo, argv) tasks of the
+    others (an interrupted one resumes from its folder)."""
+    summaries = {}
+    for i, job in enumerate(jobs):
+        if job.status == "done":
+            with open(os.path.join(job.path, "summary.json")) as f:
+                summaries[i] = json.load(f)
+    tasks = [(i, j.algo, j.argv + (["--resume", j.path] if j.status == "resume" else []))
+             for i, j in enumerate(jobs) if j.status != "done"]
+    return summaries, tasks
+
+
 def run_job(algo: str, argv: Sequence[str]) -> dict:
     """One run in whatever process executes it: its Args from `argv`, then `main`; its summary."""
     module = importlib.import_module(f"algos.{algo}")
@@ -371,14 +384,8 @@ def launch(argv: List[str]) -> List[dict]:
             print(f"  {j.status:<6} {j.env} {j.label} seed {j.seed}" + (f"  ({j.path})" if j.path else ""))
         return []
 
-    summaries: Dict[int, dict] = {}
+    summaries, tasks = finished_and_tasks(jobs)
     failures: Dict[int, str] = {}
-    for i, job in enumerate(jobs):
-        if job.status == "done":
-            with open(os.path.join(job.path, "summary.json")) as f:
-                summaries[i] = json.load(f)
-    tasks = [(i, j.algo, j.argv + (["--resume", j.path] if j.status == "resume" else []))
-             for i, j in enumerate(jobs) if j.status != "done"]
     progress = GridProgress(len(jobs), counts["done"])
     progress.show()
 

@@ -56,13 +56,7 @@ def train(opts) -> list:
                 jobs.append(launcher.make_job(importlib.import_module(f"algos.{algo}"), algo, env, seed, {}, extra,
                                               opts.run_dir))
     jobs = launcher.check_saved(jobs)
-    summaries = {}
-    for i, job in enumerate(jobs):
-        if job.status == "done":
-            with open(os.path.join(job.path, "summary.json")) as f:
-                summaries[i] = json.load(f)
-    tasks = [(i, j.algo, j.argv + (["--resume", j.path] if j.status == "resume" else []))
-             for i, j in enumerate(jobs) if j.status != "done"]
+    summaries, tasks = launcher.finished_and_tasks(jobs)
     print(f"{len(jobs)} runs: {len(tasks)} to train or resume, {len(summaries)} finished; in {opts.run_dir}", flush=True)
 
     def on_result(index, summary, error):
