@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--torch", action="store_true", help="train on the torch port (torch:<task>)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 1..SEEDS")
     parser.add_argument("--total-timesteps", type=int, default=None,
-                        help="env steps per run (default: each file's own, the bars' budget of 5M)")
+                        help="env steps per run (default: each file's own: 5M, HAA2C 10M; every bar is judged within 5M)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs trained at the same time")
     parser.add_argument("--run-dir", default="runs/bench_ha")
     parser.add_argument("--from-runs", default=None, help="read every run folder under this one (summary.json, or the "
