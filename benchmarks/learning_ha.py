@@ -25,6 +25,7 @@ import importlib
 import json
 import os
 
+import run as launcher
 from learning_mpe import mean_curve, read_run  # the same curve arithmetic and run reader as the MPE bars
 
 BUDGET = 5_000_000
@@ -45,8 +46,6 @@ def train(opts) -> list:
     """Every (task, algo) with a bar x seeds 1..SEEDS, seed by seed (every algorithm's seed 1 first),
     with the file's defaults, through run.py's pool: a finished run is read back, an interrupted one
     resumes from its checkpoint when the same command is launched again. Returns the summaries."""
-    import run as launcher
-
     extra = [] if opts.total_timesteps is None else ["--total-timesteps", str(opts.total_timesteps)]
     jobs = []
     for seed in range(1, opts.seeds + 1):

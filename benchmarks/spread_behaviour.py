@@ -27,7 +27,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import run as launcher  # noqa: E402
 from common.cli import make_args, saved_args  # noqa: E402
 from common.results import find_runs  # noqa: E402
 from common.run_utils import load_checkpoint  # noqa: E402
@@ -37,27 +36,27 @@ AGENT_SIZE = 0.15  # mpe2 simple_spread's agent radius: two agents collide close
 
 
 def load_run(run_dir: str):
-    """(algo module, the run's saved Args, algo name) of a run folder holding checkpoint.pt."""
-    algo = launcher.checkpoint_algo(os.path.join(run_dir, "checkpoint.pt"))
-    module = importlib.import_module(f"algos.{algo}")
-    if algo in ("iql", "vdn", "qmix", "qplex", "ppo_iql"):
-        raise SystemExit(f"error: {run_dir}: {algo} has no 'actor' in its checkpoint; accepted: the actor-critic "
-                         "files (mappo, ippo, happo, hatrpo, matrpo, itrpo, haa2c, ia2c, maa2c, ...)")
+    """(algo module, the run's saved Args, algo name, checkpoint) of a run folder holding checkpoint.pt."""
+    ckpt = load_checkpoint(os.path.join(run_dir, "checkpoint.pt"), torch.device("cpu"))
+    if "actor" not in ckpt:
+        raise SystemExit(f"error: {run_dir}: {ckpt['algo']} has no 'actor' in its checkpoint; accepted: the "
+                         "actor-critic files (mappo, ippo, happo, hatrpo, matrpo, itrpo, haa2c, ia2c, maa2c, ...)")
+    module = importlib.import_module(f"algos.{ckpt['algo']}")
     with open(os.path.join(run_dir, "args.json")) as f:
         saved = make_args(module.Args, **saved_args(module.Args, json.load(f)))
-    return module, saved, algo
+    return module, saved, ckpt["algo"], ckpt
 
 
 def behaviour(run_dir: str, episodes: int, seed: int, radius: float) -> dict:
     """Greedy episodes of one run and the figures in the module docstring."""
     device = torch.device("cpu")
-    module, saved, algo = load_run(run_dir)
+    module, saved, algo, ckpt = load_run(run_dir)
     if saved.env.split(":")[-1].split("_v")[0] != "simple_spread":
         raise SystemExit(f"error: {run_dir} was trained on {saved.env}; this script reads simple_spread "
                          "observations (simple_spread, simple_spread_v3, torch:simple_spread)")
     env = make_env(saved.env, episodes, seed, parse_env_kwargs(saved.env_kwargs), device=device)
     actor, _ = module.build_networks(saved, env, device)
-    actor.load_state_dict(load_checkpoint(os.path.join(run_dir, "checkpoint.pt"), device)["actor"])
+    actor.load_state_dict(ckpt["actor"])
     E, N = env.num_envs, env.n_agents
     obs, _, mask = env.reset()
     state, starts = actor.initial_state(E, device), torch.ones(1, E, N)

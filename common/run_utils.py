@@ -16,6 +16,7 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from common.cli import ConfigError, saved_args
+from common.results import scalar_history
 from envs import make_env, parse_env_kwargs
 
 
@@ -261,13 +262,11 @@ class RunRecorder:
         self.writer = SummaryWriter(run_path)
         write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
         self.progress = Progress(args.total_timesteps)
-        self.eval_history: List[Tuple[int, float]] = []  # (global_step, mean greedy return) of each evaluation
-        if global_step > 0:  # resumed: the evaluations made before the checkpoint, from the folder's event files
-            from common.results import scalar_history  # (float32 there: what TensorBoard shows of them)
-
-            self.eval_history = [(step, value) for step, value in
-                                 scalar_history(run_path, ("eval/episodic_return",))["eval/episodic_return"]
-                                 if step <= global_step]
+        # (global_step, mean greedy return) of each evaluation; a resumed run starts from those made
+        # before its checkpoint, read back from the folder's event files (float32 there)
+        self.eval_history: List[Tuple[int, float]] = [] if global_step == 0 else [
+            (step, value) for step, value in scalar_history(run_path, ("eval/episodic_return",))["eval/episodic_return"]
+            if step <= global_step]
         self.eval_returns = np.array([np.nan])  # the returns of the latest evaluation, one per episode
         self.eval_group_returns: Dict[str, float] = {}  # the latest evaluation's mean return of each group
         self.next_eval = _next_multiple(global_step, args.eval_every)
