@@ -11,10 +11,13 @@ checkpoint.pt, plays --episodes greedy episodes on fresh copies of the run's env
   (how fast the distance term shrinks);
 - covered by: the mean first step at which every landmark has an agent within --radius of it
   (the episode's length when that never happens), and the share of episodes where it never does;
-- colliding pairs: agent pairs closer than two agent radii, summed over the episode's steps.
+- colliding pairs: agent pairs closer than two agent radii, summed over the episode's steps;
+- gaps at the end: after the last step, each landmark's distance to its nearest agent, sorted
+  from the best-covered landmark to the worst, averaged over episodes.
 Positions come from the observations (mpe2's layout: own velocity, own position, landmarks
 relative to the agent, ...), read after every step. Works for the actor-critic files
-(their checkpoint's "actor" and `build_networks`); continuous or discrete actions.
+(their checkpoint's "actor"; continuous or discrete actions) and the value-based ones (IQL, VDN,
+QMIX, QPLEX: the "agents" Q-network, greedy).
 """
 import argparse
 import importlib
@@ -38,9 +41,10 @@ AGENT_SIZE = 0.15  # mpe2 simple_spread's agent radius: two agents collide close
 def load_run(run_dir: str):
     """(algo module, the run's saved Args, algo name, checkpoint) of a run folder holding checkpoint.pt."""
     ckpt = load_checkpoint(os.path.join(run_dir, "checkpoint.pt"), torch.device("cpu"))
-    if "actor" not in ckpt:
-        raise SystemExit(f"error: {run_dir}: {ckpt['algo']} has no 'actor' in its checkpoint; accepted: the "
-                         "actor-critic files (mappo, ippo, happo, hatrpo, matrpo, itrpo, haa2c, ia2c, maa2c, ...)")
+    if "actor" not in ckpt and "agents" not in ckpt:
+        raise SystemExit(f"error: {run_dir}: {ckpt['algo']} has neither 'actor' nor 'agents' in its checkpoint; "
+                         "accepted: the actor-critic files (mappo, ippo, happo, ...) and the value-based ones "
+                         "(iql, vdn, qmix, qplex)")
     module = importlib.import_module(f"algos.{ckpt['algo']}")
     with open(os.path.join(run_dir, "args.json")) as f:
         saved = make_args(module.Args, **saved_args(module.Args, json.load(f)))
@@ -55,8 +59,13 @@ def behaviour(run_dir: str, episodes: int, seed: int, radius: float) -> dict:
         raise SystemExit(f"error: {run_dir} was trained on {saved.env}; this script reads simple_spread "
                          "observations (simple_spread, simple_spread_v3, torch:simple_spread)")
     env = make_env(saved.env, episodes, seed, parse_env_kwargs(saved.env_kwargs), device=device)
-    actor, _ = module.build_networks(saved, env, device)
-    actor.load_state_dict(ckpt["actor"])
+    if "actor" in ckpt:
+        actor = module.build_networks(saved, env, device)[0]
+        actor.load_state_dict(ckpt["actor"])
+    else:  # value-based: the agents' Q-network, acting greedily (mixers are for training only)
+        actor = module.build_networks(saved, env, device)
+        actor = actor[0] if isinstance(actor, tuple) else actor
+        actor.load_state_dict(ckpt["agents"])
     E, N = env.num_envs, env.n_agents
     obs, _, mask = env.reset()
     state, starts = actor.initial_state(E, device), torch.ones(1, E, N)
@@ -67,7 +76,10 @@ def behaviour(run_dir: str, episodes: int, seed: int, radius: float) -> dict:
         with torch.no_grad():
             dist, state = actor(torch.as_tensor(obs, dtype=torch.float32)[None], state, starts,
                                 None if mask is None else torch.as_tensor(mask)[None])
-        result = env.step(dist.mode()[0])
+            action = dist.mode()[0]
+            if hasattr(actor, "remember"):  # Q-agents feed their last action back in
+                state = actor.remember(state, action)
+        result = env.step(action)
         step_rewards.append(np.asarray(result.reward, dtype=np.float64).sum(-1))  # (E,)
         positions.append(np.asarray(result.final_obs, dtype=np.float64)[..., 2:4])  # (E, N, 2) after the step
         obs, mask, starts = result.obs, result.action_mask, torch.zeros(1, E, N)
@@ -81,10 +93,11 @@ def behaviour(run_dir: str, episodes: int, seed: int, radius: float) -> dict:
     first = np.where(covered.any(1), covered.argmax(1) + 1, T)  # steps counted from 1
     apart = np.linalg.norm(pos[:, :, :, None] - pos[:, :, None], axis=-1)  # (E, T, N, N)
     pairs = ((apart < 2 * AGENT_SIZE).sum((2, 3)) - N) / 2  # (E, T) colliding pairs after each step
+    gaps = np.sort(to_landmark[:, -1].min(1), axis=1).mean(0)  # (L,) nearest agent of each landmark, sorted
     return {"run": run_dir, "algo": algo, "env": saved.env, "episodes": E, "return": float(rewards.sum(1).mean()),
             "team_reward_per_step": rewards.mean(0).round(4).tolist(), "covered_by_step": float(first.mean()),
             "never_covered": float((~covered.any(1)).mean()), "colliding_pairs": float(pairs.sum(1).mean()),
-            "radius": radius}
+            "final_gaps": gaps.round(4).tolist(), "radius": radius}
 
 
 def main(argv=None) -> list:
@@ -105,7 +118,8 @@ def main(argv=None) -> list:
     for r in rows:
         print(f"{r['algo']:<7} {os.path.basename(r['run'])[:44]:<44} return {r['return']:7.2f} | team reward at "
               f"steps 1,4,7,..: {' '.join(f'{x:.2f}' for x in r['team_reward_per_step'][::3])} | covered by step "
-              f"{r['covered_by_step']:.1f} (never {r['never_covered']:.0%}) | colliding pairs {r['colliding_pairs']:.2f}")
+              f"{r['covered_by_step']:.1f} (never {r['never_covered']:.0%}) | colliding pairs {r['colliding_pairs']:.2f} | "
+              f"gaps at the end {' '.join(f'{g:.2f}' for g in r['final_gaps'])}")
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(rows, f, indent=2)

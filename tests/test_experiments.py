@@ -299,7 +299,13 @@ def test_spread_behaviour_reads_a_trained_run_and_refuses_other_envs(tmp_path):
     assert row["episodes"] == 8 and len(row["team_reward_per_step"]) == 25
     assert row["return"] == pytest.approx(sum(row["team_reward_per_step"]), abs=1e-3)
     assert 1 <= row["covered_by_step"] <= 25 and 0 <= row["never_covered"] <= 1 and row["colliding_pairs"] >= 0
+    assert len(row["final_gaps"]) == 3 and row["final_gaps"] == sorted(row["final_gaps"]) and row["final_gaps"][0] >= 0
     assert json.loads((tmp_path / "b.json").read_text())[0]["algo"] == "mappo"
+    iql = importlib.import_module("algos.iql")  # value-based: greedy Q-agents that feed back their last action
+    q_run = iql.main(make_args(iql.Args, env="torch:simple_spread", total_timesteps=50, num_envs=2, batch_size=2,
+                               eval_every=0, eval_episodes=1, eval_num_envs=1, cuda=False, run_dir=str(tmp_path / "q")))
+    (q_row,) = spread_behaviour.main([q_run["run_dir"], "--episodes", "4"])
+    assert q_row["algo"] == "iql" and q_row["return"] == pytest.approx(sum(q_row["team_reward_per_step"]), abs=1e-3)
     other = mappo.main(make_args(mappo.Args, env="matrix_game", total_timesteps=20, num_envs=2, num_steps=5,
                                  eval_every=0, eval_episodes=1, eval_num_envs=1, cuda=False, run_dir=str(tmp_path / "m")))
     with pytest.raises(SystemExit, match="simple_spread"):
