@@ -107,6 +107,13 @@ def test_copied_functions_agree_with_qmix(algo):
     assert torch.equal(m.masked_mean(r, mask.float()), REFERENCE.masked_mean(r, mask.float()))
 
 
+def test_iql_team_reward_gives_every_agent_the_sum():
+    r = torch.tensor([[[1.0, -2.0, 4.0]], [[0.5, 0.0, 0.0]]])  # (T=2, B=1, N=3)
+    m = MODULES["iql"]
+    assert torch.equal(m.learned_rewards(r, False), r)
+    assert torch.equal(m.learned_rewards(r, True), torch.tensor([[[3.0] * 3], [[0.5] * 3]]))
+
+
 # ---------------------------------------------------------------------------- acting
 def test_epsilon_greedy_honours_masks():
     q = torch.tensor([[[5.0, 1.0, 9.0]]]).expand(200, 1, 3)  # (E, N, A): action 2 is best but unavailable
@@ -186,6 +193,11 @@ def test_continuous_env_is_rejected_with_the_algorithms_that_fit(algo, tmp_path)
     args = tiny(algo, tmp_path, env="simple_spread", env_kwargs=("continuous_actions=true",))
     with pytest.raises(ConfigError, match="mappo"):
         MODULES[algo].main(args)
+
+
+def test_iql_with_the_team_reward_runs(tmp_path):
+    summary = MODULES["iql"].main(tiny("iql", tmp_path, env="torch:simple_spread", team_reward=True))
+    assert summary["global_step"] == 200 and np.isfinite(summary["final_losses"]["td_loss"])
 
 
 def test_resume_restores_replay_and_counters(tmp_path):
