@@ -76,8 +76,9 @@ class Args:
     """replay capacity in episodes (one episode = one env copy from reset to its end); oldest dropped"""
     batch_size: int = 32
     """episodes per gradient step"""
-    updates_per_iteration: int = 8
-    """gradient steps after every iteration (num_envs episodes): 8 / 8 = one step per episode played"""
+    updates_per_iteration: int = 16
+    """gradient steps after every iteration (num_envs episodes): 16 / 8 = two steps per episode played, twice
+    QMIX's and VDN's (on simple_spread, 3-seed mean -32.3 at 2M against -38.2 with one; BENCHMARKS.md)"""
     learning_rate: float = 5e-4
     """Adam learning rate of the agents"""
     gamma: float = 0.95
@@ -85,8 +86,8 @@ class Args:
     700k env steps with it and stayed near -58 with 0.99; see BENCHMARKS.md)"""
     td_lambda: float = 0.0
     """lambda of the TD(lambda) targets (0: one-step targets). IQL uses EPyMARL's one-step targets and hard
-    target copies: on simple_spread, 3-seed mean -38.2 at 2M against -41.8 with TD(0.6) and Polyak 0.01
-    (BENCHMARKS.md)"""
+    target copies: on simple_spread (one gradient step per episode), 3-seed mean -38.2 at 2M against -41.8
+    with TD(0.6) and Polyak 0.01 (BENCHMARKS.md)"""
     double_q: bool = True
     """double Q-learning: the online agents pick the next action, the target agents value it"""
     tau: float = 1.0
