@@ -59,13 +59,9 @@ def behaviour(run_dir: str, episodes: int, seed: int, radius: float) -> dict:
         raise SystemExit(f"error: {run_dir} was trained on {saved.env}; this script reads simple_spread "
                          "observations (simple_spread, simple_spread_v3, torch:simple_spread)")
     env = make_env(saved.env, episodes, seed, parse_env_kwargs(saved.env_kwargs), device=device)
-    if "actor" in ckpt:
-        actor = module.build_networks(saved, env, device)[0]
-        actor.load_state_dict(ckpt["actor"])
-    else:  # value-based: the agents' Q-network, acting greedily (mixers are for training only)
-        actor = module.build_networks(saved, env, device)
-        actor = actor[0] if isinstance(actor, tuple) else actor
-        actor.load_state_dict(ckpt["agents"])
+    nets = module.build_networks(saved, env, device)  # (actor, critic), (agents, mixer) or IQL's agents
+    actor = nets[0] if isinstance(nets, tuple) else nets  # value-based: the Q-agents, greedy (mixers only train)
+    actor.load_state_dict(ckpt["actor" if "actor" in ckpt else "agents"])
     E, N = env.num_envs, env.n_agents
     obs, _, mask = env.reset()
     state, starts = actor.initial_state(E, device), torch.ones(1, E, N)
