@@ -12,12 +12,21 @@ Everything after `--` goes to every run as algorithm flags; --env, --seed and --
 per run. Each run's Args: defaults < preset (--presets, or --config after `--`) < the flags after
 `--` < the sweep point; they are checked for every run before any starts, and saved in its
 args.json. Runs go to RUN_DIR/<env>/<label>/<label>__<env>__<seed>__<time>/, where the label is
-the algorithm (or --exp-name) followed by the sweep point, as in `mappo,learning_rate=0.001`.
-Launching the same command again skips the runs that finished (summary.json) and resumes the
-interrupted ones from their checkpoint.pt. The runs go through a pool of --workers processes
-(in this process with one worker or one run), or through Ray with --backend ray. A progress line
-shows runs done and an ETA; at the end a results table (final and best greedy evaluation return
-over seeds) is printed and written to RUN_DIR/results.md, results.csv and results.json.
+the algorithm (or --exp-name) followed by the sweep point, as in `mappo,learning_rate=0.001`
+(characters that some file systems refuse, like the ':' of torch:simple_spread, are written '-').
+Launching the same command again skips the runs that finished (summary.json, "status": "finished"),
+resumes the interrupted ones from their checkpoint.pt, and leaves out the ones that diverged
+(delete a diverged run's folder to redo it). Runs go through --workers processes at a time, one
+per run (in this process with one worker or one run), or through Ray with --backend ray. A
+progress line shows runs done and an ETA; at the end a results table (final and best greedy
+evaluation return over seeds) is printed and written to RUN_DIR/results.md, results.csv and
+results.json.
+
+Failing well: the first Ctrl-C or SIGTERM lets every running run save its checkpoint, lists them
+with the command that resumes them all, and exits 130 / 143; a second one stops at once (the last
+checkpoints are kept). A run that diverges or fails is reported in one line (--debug, or
+MARL_DEBUG=1, shows tracebacks) and the launch exits 1 once the other runs are done; a usage
+error exits 2 with one `error: ...` line.
 
 `run.py plot RUNS...` draws every env's learning curves and writes the same table for every
 run found under RUNS; `run.py evaluate RUN...` plays greedy episodes with a run's checkpoint
@@ -30,23 +39,27 @@ import glob
 import importlib
 import itertools
 import json
-import multiprocessing as mp
 import os
 import re
+import selectors
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from common.cli import ConfigError, parse_args
-from common.results import (curves_on_grid, find_runs, latest_per_seed, markdown_table, mean_and_band, read_run,
-                            results_table, write_tables)
-from common.run_utils import args_dict, write_json_atomic
+from common.cli import (DEBUG_FLAG, ConfigError, RunInterrupted, RunStopped, did_you_mean, parse_args,
+                        report_errors)
+from common.results import (curves_on_grid, diverged_note, find_runs, latest_per_seed, markdown_table, mean_and_band,
+                            read_run, read_summary, results_table, run_status, unfinished_note, write_tables)
+from common.run_utils import args_dict, safe_name, set_console_label, write_json_atomic
 from envs import env_arguments, known_envs, parse_env_kwargs
 
 REPO = os.path.dirname(os.path.abspath(__file__))
@@ -69,8 +82,12 @@ class Job:
     parent: str  # <run-dir>/<env>/<label>: the run folder is made in here
     argv: List[str]  # the run's command line (without --resume)
     resolved: Dict[str, Any]  # its Args, as args.json will hold them
-    status: str = "new"  # new, resume (an interrupted run's folder) or done (a finished one's)
-    path: Optional[str] = None  # the existing run folder (resume, done)
+    status: str = "new"  # new, resume (an interrupted run's folder), done (a finished one's) or diverged (left out)
+    path: Optional[str] = None  # the existing run folder (resume, done, diverged)
+
+    def where(self) -> str:
+        """'torch:simple_spread mappo seed 1': the run in messages."""
+        return f"{self.env} {self.label} seed {self.seed}"
 
 
 def sweep_points(specs: Sequence[str], path: Optional[str]) -> List[Dict[str, Any]]:
@@ -79,8 +96,11 @@ def sweep_points(specs: Sequence[str], path: Optional[str]) -> List[Dict[str, An
     given both ways takes the command line's values."""
     axes: Dict[str, list] = {}
     if path:
-        with open(path) as f:
-            data = yaml.safe_load(f) or {}
+        try:
+            with open(path) as f:
+                data = yaml.safe_load(f) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"sweep file {path} is not valid YAML: {err}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"sweep file {path!r} must map Args fields to lists of values")
         for key, values in data.items():
@@ -136,14 +156,24 @@ def preset_for(algo: str, env: str) -> Optional[str]:
     return None
 
 
-def existing_run(parent: str, label: str, env: str, seed: int) -> Optional[str]:
-    """The folder an earlier launch made for this run: a finished one (summary.json), else the
-    interrupted one with the latest checkpoint; None if there is neither."""
-    prefix = f"{label}__{env}__{seed}__"
-    folders = [os.path.join(parent, d) for d in (os.listdir(parent) if os.path.isdir(parent) else [])
-               if d.startswith(prefix) and os.path.isdir(os.path.join(parent, d))]
-    for marker in ("summary.json", "checkpoint.pt"):
-        found = [f for f in folders if os.path.isfile(os.path.join(f, marker))]
+def run_parents(run_dir: str, env: str, label: str) -> List[str]:
+    """Where a run's folder is made, RUN_DIR/<env>/<label> through `safe_name`, then where older
+    launches made it (the names as given, e.g. runs/torch:simple_spread/mappo), if that differs."""
+    parents = [os.path.join(run_dir, safe_name(env), safe_name(label)), os.path.join(run_dir, env, label)]
+    return parents[:1] if parents[1] == parents[0] else parents
+
+
+def existing_run(parents: Sequence[str], label: str, env: str, seed: int) -> Optional[str]:
+    """The folder an earlier launch made for this run in `parents` (see `run_parents`), by what
+    its summary.json says (`run_status`): the latest finished one, else a diverged one (left out),
+    else the one with the latest checkpoint.pt (interrupted, or killed: resumed); None if none."""
+    prefixes = (safe_name(f"{label}__{env}__{seed}__"), f"{label}__{env}__{seed}__")
+    folders = [os.path.join(p, d) for p in parents if os.path.isdir(p) for d in os.listdir(p)
+               if d.startswith(prefixes) and os.path.isdir(os.path.join(p, d))]
+    status = {f: run_status(f) for f in folders}
+    for wanted, marker in (("finished", "summary.json"), ("diverged", "summary.json"), (None, "checkpoint.pt")):
+        found = [f for f in folders if status[f] in (wanted or ("interrupted", "unfinished"))
+                 and os.path.isfile(os.path.join(f, marker))]
         if found:
             return max(found, key=lambda f: os.path.getmtime(os.path.join(f, marker)))
     return None
@@ -164,7 +194,8 @@ def make_job(module, algo: str, env: str, seed: int, point: Dict[str, Any], flag
     label = point_label(args.exp_name or algo, point)
     if label != (args.exp_name or algo):
         argv += ["--exp-name", label]
-    parent = os.path.join(run_dir, env, label)
+    parents = run_parents(run_dir, env, label)
+    parent = parents[0]
     args = dataclasses.replace(args, exp_name=args.exp_name if label == algo else label, run_dir=parent)
     if hasattr(module, "validate"):
         module.validate(args)
@@ -176,20 +207,23 @@ def make_job(module, algo: str, env: str, seed: int, point: Dict[str, Any], flag
     if unknown:
         raise ConfigError(f"env {env!r} takes no argument(s) {unknown}; accepted: {', '.join(accepted)}")
     job = Job(algo, env, seed, label, parent, argv + ["--run-dir", parent], args_dict(args))
-    job.path = existing_run(parent, label, env, seed)
+    job.path = existing_run(parents, label, env, seed)
     return job
 
 
 def plan(opts, extra: List[str], run_dir: str) -> List[Job]:
     """Every run of the grid and what to do with it: start it (new), resume its folder, or skip
-    it (done); see check_saved."""
+    it (done), or leave it out (diverged); see check_saved."""
+    for algo in opts.algo:
+        if algo not in ALGOS:
+            raise ConfigError(f"unknown --algo {algo!r}{did_you_mean(algo, ALGOS)}; accepted: {', '.join(ALGOS)}")
     points = sweep_points(opts.sweep, opts.sweep_file)
     jobs = []
     for env in opts.env:
         try:
             env_arguments(env)
         except ValueError as err:
-            raise ConfigError(str(err)) from None
+            raise ConfigError(f"{err}{did_you_mean(env, known_envs())}") from None
         for algo, point in itertools.product(opts.algo, points):
             module = importlib.import_module(f"algos.{algo}")
             preset = preset_for(algo, env) if opts.presets else None
@@ -199,17 +233,20 @@ def plan(opts, extra: List[str], run_dir: str) -> List[Job]:
 
 
 def check_saved(jobs: List[Job]) -> List[Job]:
-    """Mark each job whose folder an earlier launch made: done (finished, same settings) or resume.
+    """Mark each job whose folder an earlier launch made (`existing_run`), by its `run_status`:
+    done (finished, same settings), diverged (left out: the launch reports it), or resume
+    (interrupted or killed; a finished run asked for a larger --total-timesteps trains on).
     A saved run whose args.json differs from what this launch asks for is an error, except a
-    larger --total-timesteps, which resumes it to train longer."""
+    changed --total-timesteps of an unfinished run or a larger one of a finished run."""
     conflicts = []
     for job in (j for j in jobs if j.path):
         changed = changed_settings(job.path, job.resolved)
-        finished = os.path.isfile(os.path.join(job.path, "summary.json"))
+        status = run_status(job.path)
         steps = changed.get("total_timesteps")
-        if changed and not (set(changed) == {"total_timesteps"} and (not finished or steps[1] > steps[0])):
+        if changed and not (set(changed) == {"total_timesteps"} and (status != "finished" or steps[1] > steps[0])):
             conflicts.append(f"{job.path}: " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()))
-        job.status = "done" if finished and not changed else "resume"
+        job.status = ("diverged" if status == "diverged" else "done" if status == "finished" and not changed
+                      else "resume")
     if conflicts:
         raise ConfigError("these runs were made with other settings than this launch asks for:\n  "
                           + "\n  ".join(conflicts) + "\nuse another --run-dir (or --exp-name after `--`) for "
@@ -218,16 +255,23 @@ def check_saved(jobs: List[Job]) -> List[Job]:
 
 
 # ============================================================================ running
-def finished_and_tasks(jobs: List[Job]) -> Tuple[Dict[int, dict], List[Tuple[int, str, List[str]]]]:
-    """The summaries of the finished jobs by index, and the (index, algo, argv) tasks of the
-    others (an interrupted one resumes from its folder)."""
-    summaries = {}
-    for i, job in enumerate(jobs):
-        if job.status == "done":
-            with open(os.path.join(job.path, "summary.json")) as f:
-                summaries[i] = json.load(f)
-    tasks = [(i, j.algo, j.argv + (["--resume", j.path] if j.status == "resume" else []))
-             for i, j in enumerate(jobs) if j.status != "done"]
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOPPED_BY: Optional[int] = None  # the first Ctrl-C (SIGINT) or SIGTERM this process got: no run starts after it
+IN_RUN = False  # run_task is under way here (while a run trains, its RunRecorder takes the signals instead)
+CHILD = "import sys; sys.path.insert(0, sys.argv[1]); import run; run.child_main()"
+
+
+class StoppedEarly(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM while a run was set up (before its training took the signals): nothing to save."""
+
+
+def finished_and_tasks(jobs: List[Job]) -> Tuple[Dict[int, dict], List[Tuple[int, str, List[str], str]]]:
+    """The summaries of the finished jobs by index, and the (index, algo, argv, console label)
+    tasks of the new and interrupted ones (an interrupted one resumes from its folder). Diverged
+    jobs are in neither: they are left out."""
+    summaries = {i: read_summary(j.path) for i, j in enumerate(jobs) if j.status == "done"}
+    tasks = [(i, j.algo, j.argv + (["--resume", j.path] if j.status == "resume" else []),
+              f"{j.label} {j.env} s{j.seed}") for i, j in enumerate(jobs) if j.status in ("new", "resume")]
     return summaries, tasks
 
 
@@ -237,37 +281,156 @@ def run_job(algo: str, argv: Sequence[str]) -> dict:
     return module.main(parse_args(module.Args, list(argv)))
 
 
-def run_task(task: Tuple[int, str, List[str]]) -> Tuple[int, Optional[dict], Optional[str]]:
-    """(index, summary, None), or (index, None, traceback) for a run that raised: one failed run
-    does not stop the others."""
-    index, algo, argv = task
+def run_task(task: Tuple[int, str, List[str], str]) -> Tuple[int, Optional[dict], Optional[str]]:
+    """Run one task here and say how it ended, never raising (one run does not stop the others):
+    (index, summary, None) when it finished; (index, its summary.json, message) when it was
+    interrupted or diverged (the summary's "status" says which); (index, {"status": "not started"},
+    message) when a signal came before training started; (index, {"status": "interrupted"},
+    message) when a second signal stopped it at once; (index, None, "Type: message (at
+    file:line in function)\ntraceback") when it failed."""
+    global IN_RUN
+    index, algo, argv, _ = task
     try:
+        IN_RUN = True
+        if STOPPED_BY is not None:  # a signal came before IN_RUN was set
+            raise StoppedEarly
         return index, run_job(algo, argv), None
-    except Exception:
-        return index, None, traceback.format_exc()
+    except RunStopped as err:
+        if isinstance(err, RunInterrupted):
+            _note_stop(err.exit_code - 128)
+        status = "interrupted" if isinstance(err, RunInterrupted) else "diverged"
+        return index, read_summary(err.run_path) or {"status": status, "run_dir": err.run_path}, str(err).strip()
+    except StoppedEarly:
+        return index, {"status": "not started"}, "stopped before training started"
+    except KeyboardInterrupt:
+        _note_stop(signal.SIGINT)
+        return index, {"status": "interrupted"}, "stopped at once, before it could save (its last checkpoint is kept)"
+    except Exception as err:
+        frame = traceback.extract_tb(err.__traceback__)[-1]
+        where = f"{os.path.relpath(frame.filename)}:{frame.lineno} in {frame.name}"
+        return index, None, f"{type(err).__name__}: {' '.join(str(err).split())} (at {where})\n{traceback.format_exc()}"
+    finally:
+        IN_RUN = False
+
+
+def run_labelled(task) -> Tuple[int, Optional[dict], Optional[str]]:
+    """`run_task` with every console line of the run starting with its label (several runs share
+    the console)."""
+    set_console_label(task[3])
+    return run_task(task)
+
+
+def _note_stop(signum: int) -> None:
+    global STOPPED_BY
+    STOPPED_BY = signum if STOPPED_BY is None else STOPPED_BY
+
+
+def _on_stop_signal(signum, frame) -> None:
+    """Ctrl-C or SIGTERM while no run trains here: start no more runs; a run being set up stops now."""
+    _note_stop(signum)
+    if IN_RUN:
+        raise StoppedEarly
+
+
+class signals_to:
+    """SIGINT and SIGTERM go to `handler` inside the block, to what they went to before after it
+    (only the main thread can take signals: elsewhere this does nothing)."""
+
+    def __init__(self, handler: Callable):
+        self.handler, self.old = handler, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.old = {sig: signal.signal(sig, self.handler) for sig in STOP_SIGNALS}
+
+    def __exit__(self, *exc):
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
 
 
 def run_local(tasks, workers: int, on_result: Callable) -> None:
-    """In a pool of `workers` processes (spawned: each imports torch afresh), or in this process."""
+    """Run the tasks of `finished_and_tasks` and pass each `run_task` result to `on_result` as it
+    comes: in this process, one after another (one worker, or one task), or as up to `workers`
+    child processes at a time, one per run (each imports torch afresh; labelled console lines).
+
+    The first Ctrl-C or SIGTERM starts no more runs (`STOPPED_BY` says which signal came) and lets
+    the running ones save their checkpoint; this returns once they have. A child has its own
+    session, so that a terminal's Ctrl-C reaches this process only, which passes every signal on
+    to every child that is ready for it (a second one then stops them at once). A child that ends
+    without a result (killed, out of memory) is a failed run."""
     if workers <= 1 or len(tasks) <= 1:
-        for task in tasks:
-            on_result(*run_task(task))
+        with signals_to(_on_stop_signal):
+            for task in tasks:
+                if STOPPED_BY is not None:
+                    break
+                on_result(*run_task(task))
         return
-    with mp.get_context("spawn").Pool(min(workers, len(tasks))) as pool:
-        for result in pool.imap_unordered(run_task, tasks):
-            on_result(*result)
+    queue, running, selector = list(tasks), {}, selectors.DefaultSelector()  # running: pipe -> [child, task, ready]
+
+    def forward(signum, frame):
+        _note_stop(signum)
+        for child, _, ready in list(running.values()):
+            if ready:
+                child.send_signal(signum)
+
+    try:
+        with signals_to(forward):
+            while running or (queue and STOPPED_BY is None):
+                while queue and len(running) < workers and STOPPED_BY is None:
+                    task, (read, write) = queue.pop(0), os.pipe()
+                    child = subprocess.Popen([sys.executable, "-c", CHILD, REPO, json.dumps(task), str(write)],
+                                             pass_fds=(write,), start_new_session=True)
+                    os.close(write)
+                    pipe = os.fdopen(read, "rb", buffering=0)  # unbuffered: readline takes one line only
+                    running[pipe] = [child, task, False]
+                    selector.register(pipe, selectors.EVENT_READ)
+                for key, _ in selector.select():
+                    child, task, _ = running[key.fileobj]
+                    line = key.fileobj.readline().decode()
+                    if line == "ready\n":
+                        running[key.fileobj][2] = True
+                        if STOPPED_BY is not None:
+                            child.send_signal(STOPPED_BY)
+                        continue
+                    selector.unregister(key.fileobj)
+                    key.fileobj.close()
+                    del running[key.fileobj]
+                    lost = f"its process ended with exit code {child.wait()} and no result (killed? out of memory?)"
+                    on_result(*(json.loads(line) if line else (task[0], None, lost)))
+    finally:  # only if this process failed: the children that took signals save, the others end now
+        for child, _, ready in running.values():
+            child.send_signal(signal.SIGTERM) if ready else child.kill()
+        for child, _, _ in running.values():
+            child.wait()
+
+
+def child_main() -> None:
+    """A child process of `run_local` (python -c CHILD REPO TASK FD): it takes Ctrl-C and SIGTERM
+    (`_on_stop_signal`), says "ready", then writes the task's `run_task` result to file
+    descriptor FD as one JSON line."""
+    task, out = json.loads(sys.argv[2]), os.fdopen(int(sys.argv[3]), "w")
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _on_stop_signal)
+    out.write("ready\n")
+    out.flush()
+    out.write(json.dumps(run_labelled(task), default=str) + "\n")
+    out.flush()
 
 
 def run_ray(tasks, address: Optional[str], workers: int, cpus_per_run: float, gpus_per_run: float,
             on_result: Callable) -> None:
     """As Ray tasks: on a local Ray instance of `workers` CPUs, or on the cluster at `address`
     (the code is shipped as the job's working_dir; run folders must be on a filesystem every node
-    shares with this one). An already initialised Ray is used as it is."""
+    shares with this one). An already initialised Ray is used as it is.
+
+    The first Ctrl-C or SIGTERM cancels every task: queued ones never start, and Ray interrupts
+    the running ones as a Ctrl-C would, so they save their checkpoint (one interrupted before it
+    could resumes from its last periodic checkpoint); a second one stops them all at once."""
     try:
         import ray
     except ImportError:
-        raise SystemExit("error: --backend ray needs Ray: pip install 'ray>=2.9' (the default --backend local "
-                         "needs nothing more)") from None
+        raise ConfigError("--backend ray needs Ray: pip install 'ray>=2.9' (the default --backend local needs "
+                          "nothing more)") from None
     started = not ray.is_initialized()
     if started and address:
         ray.init(address=address, runtime_env={"working_dir": REPO, "excludes": [
@@ -276,12 +439,30 @@ def run_ray(tasks, address: Optional[str], workers: int, cpus_per_run: float, gp
         ray.init(num_cpus=workers, include_dashboard=False)
     # By module name, so that workers import it rather than unpickle this script's __main__.
     remote = ray.remote(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=0)(
-        importlib.import_module("run").run_task)
-    pending = [remote.remote(task) for task in tasks]
+        importlib.import_module("run").run_labelled)
+    pending, cancelled = {remote.remote(task): task for task in tasks}, False
+
+    def note(signum, frame):
+        if STOPPED_BY is not None:
+            raise KeyboardInterrupt
+        _note_stop(signum)
+
     try:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            on_result(*ray.get(done[0]))
+        with signals_to(note):
+            while pending:
+                if STOPPED_BY is not None and not cancelled:
+                    for ref in pending:
+                        ray.cancel(ref)
+                    cancelled = True
+                for ref in ray.wait(list(pending), num_returns=1, timeout=0.5)[0]:
+                    task = pending.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except ray.exceptions.TaskCancelledError:
+                        result = (task[0], {"status": "not started"}, "cancelled before it started")
+                    except ray.exceptions.RayError as err:
+                        result = (task[0], None, f"{type(err).__name__}: {' '.join(str(err).split())[:300]}")
+                    on_result(*result)
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
@@ -290,25 +471,27 @@ def run_ray(tasks, address: Optional[str], workers: int, cpus_per_run: float, gp
 
 
 class GridProgress:
-    """One line per finished run: a bar of runs done out of the grid, elapsed time and an ETA
-    (time per run so far, times the runs left; runs skipped as finished count as done)."""
+    """One line each time a run ends: a bar of the runs ended out of the grid, how they ended,
+    elapsed time and an ETA (time per run so far, times the runs left; runs skipped as finished or
+    left out as diverged count as ended)."""
 
-    def __init__(self, total: int, skipped: int):
-        self.total, self.done, self.skipped, self.failed, self.start = total, skipped, skipped, 0, time.time()
+    def __init__(self, total: int, skipped: int, left_out: int = 0):
+        self.total, self.skipped, self.left_out, self.start = total, skipped, left_out, time.time()
+        self.counts = {"finished": skipped, "failed": 0, "diverged": left_out, "interrupted": 0}
 
-    def update(self, ok: bool) -> None:
-        self.done += ok
-        self.failed += not ok
+    def update(self, status: str) -> None:
+        self.counts[status] = self.counts.get(status, 0) + 1
         self.show()
 
     def show(self) -> None:
-        ran, left = self.done - self.skipped + self.failed, self.total - self.done - self.failed
+        ended = sum(self.counts.values())
+        ran, left = ended - self.skipped - self.left_out, self.total - ended
         elapsed = time.time() - self.start
-        eta = _clock(elapsed / ran * left) if ran else "?"
-        filled = int(30 * (self.done + self.failed) / max(self.total, 1))
-        print(f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} runs done ({self.skipped} skipped"
-              f"{f', {self.failed} failed' if self.failed else ''}) | elapsed {_clock(elapsed)} | ETA {eta}",
-              flush=True)
+        eta = _clock(elapsed / ran * left) if ran > 0 else "?"
+        filled = int(30 * ended / max(self.total, 1))
+        others = "".join(f", {n} {status}" for status, n in self.counts.items() if status != "finished" and n)
+        print(f"[{'#' * filled}{'.' * (30 - filled)}] {self.counts['finished']}/{self.total} runs done ({self.skipped} "
+              f"skipped{others}) | elapsed {_clock(elapsed)} | ETA {eta}", flush=True)
 
 
 def _clock(seconds: float) -> str:
@@ -331,12 +514,62 @@ def parse_thresholds(specs: Sequence[str]) -> Callable[[Sequence[str]], Dict[str
     return lambda envs: {env: per_env.get(env, every) for env in envs if per_env.get(env, every) is not None}
 
 
+def debugging(flag: bool = False) -> bool:
+    """Tracebacks wanted: --debug on run.py's command line, or MARL_DEBUG=1."""
+    return flag or os.environ.get("MARL_DEBUG", "") not in ("", "0")
+
+
+def outcome_line(job: Job, status: str, summary: Optional[dict], error: Optional[str]) -> str:
+    """One line on a run that did not finish: a diverged one's reason (summary.json) and folder,
+    a failed one's error and where it was raised."""
+    if status == "diverged":
+        summary = summary or {}
+        return f"diverged: {job.where()}: {summary.get('diverged') or error} ({summary.get('run_dir') or job.path})"
+    return f"failed: {job.where()}: {(error or '').splitlines()[0] if error else 'no result'}"
+
+
+def relaunch_command(argv: Sequence[str]) -> str:
+    """`python run.py ARGV`, run.py as this process was started with it."""
+    script = sys.argv[0] if os.path.basename(sys.argv[0]) == "run.py" else os.path.relpath(os.path.join(REPO, "run.py"))
+    return f"python {script} {shlex.join(argv)}".strip()
+
+
+def stopped(jobs: List[Job], finished: Dict[int, dict], ended: Dict[int, tuple], argv: Sequence[str], run_dir: str,
+            ray: bool) -> RunInterrupted:
+    """Print what a Ctrl-C or SIGTERM left of the grid (`finished`: summaries by index; `ended`:
+    (status, summary, message) by index); the RunInterrupted that exits 130 / 143 with the
+    command that resumes it."""
+    name = signal.Signals(STOPPED_BY).name
+    lines, count = [], {"finished": 0, "not started": 0}
+    for i, job in enumerate(jobs):
+        status, summary, message = ended.get(i, ("finished" if i in finished else "not started", {}, None))
+        if status == "interrupted" and summary.get("run_dir"):
+            lines.append(f"  interrupted: {job.where()} at env step {summary.get('global_step', 0):,}: checkpoint "
+                         f"saved in {summary['run_dir']}")
+        elif status == "interrupted":
+            lines.append(f"  interrupted: {job.where()}: {message}")
+        elif status in ("diverged", "failed"):
+            lines.append("  " + outcome_line(job, status, summary, message))
+        count[status] = count.get(status, 0) + 1
+    print(f"\nstopped by {name}: {count['finished']} of {len(jobs)} runs finished, {count['not started']} not started" +
+          ("\n" + "\n".join(lines) if lines else ""), flush=True)
+    note = ("\n(Ray runs stopped before they could save resume from their last periodic checkpoint, "
+            "--checkpoint-every)" if ray else "")
+    return RunInterrupted(f"stopped by {name}. The same command resumes every interrupted run, starts the others and "
+                          f"skips the finished ones:\n  {relaunch_command(argv)}{note}", run_dir, STOPPED_BY)
+
+
 def launch(argv: List[str]) -> List[dict]:
+    """`run.py [options] [-- algorithm flags]`: plan the grid, run what is left of it, report;
+    returns the summaries of its finished runs. Raises RunInterrupted after Ctrl-C or SIGTERM
+    (the runs saved), RunStopped when runs failed or diverged (after the table of the others)."""
+    global STOPPED_BY
+    STOPPED_BY = None
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(prog="run.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algo", nargs="+", default=["mappo"], choices=ALGOS, metavar="ALGO",
+    parser.add_argument("--algo", nargs="+", default=["mappo"], metavar="ALGO",
                         help=f"algorithm files to run: {', '.join(ALGOS)}")
     parser.add_argument("--env", nargs="+", default=["simple_spread"],
                         help=f"env names; known: {', '.join(known_envs())}")
@@ -349,7 +582,7 @@ def launch(argv: List[str]) -> List[dict]:
                         help="sweep these Args fields: every combination of the values is one grid point")
     parser.add_argument("--sweep-file", default=None, help="YAML file mapping Args fields to lists of values to sweep")
     parser.add_argument("--backend", choices=("local", "ray"), default="local",
-                        help="local: a process pool on this machine; ray: Ray tasks (pip install ray)")
+                        help="local: processes on this machine; ray: Ray tasks (pip install ray)")
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                         else os.cpu_count() or 1, help="runs at a time (processes; with --backend ray and no "
                         "--address, the CPUs of the local Ray instance); default: the CPU cores this process may use")
@@ -361,6 +594,8 @@ def launch(argv: List[str]) -> List[dict]:
     parser.add_argument("--threshold", nargs="+", default=[], metavar="[ENV=]VALUE",
                         help="return that the table's 'steps to threshold' column looks for")
     parser.add_argument("--dry-run", action="store_true", help="print the runs and what would happen to each; run none")
+    parser.add_argument(DEBUG_FLAG, action="store_true", help="print tracebacks (of run.py and of failed runs); "
+                                                              "MARL_DEBUG=1 does the same")
     opts = parser.parse_args(own)
     for flag in PER_RUN_FLAGS:
         if any(a == flag or a.startswith(flag + "=") for a in extra):
@@ -371,40 +606,46 @@ def launch(argv: List[str]) -> List[dict]:
     if opts.seeds < 1:
         parser.error("--seeds must be at least 1")
     run_dir = os.path.abspath(opts.run_dir) if opts.backend == "ray" and opts.address else opts.run_dir
-    try:
-        jobs = plan(opts, extra, run_dir)
-        thresholds = parse_thresholds(opts.threshold)(opts.env)
-    except (ConfigError, OSError) as err:
-        raise SystemExit(f"error: {err}") from None
-    counts = {s: sum(j.status == s for j in jobs) for s in ("new", "resume", "done")}
-    print(f"{len(jobs)} runs: {counts['new']} new, {counts['resume']} to resume, {counts['done']} finished (skipped); "
-          f"in {run_dir}", flush=True)
+    thresholds = parse_thresholds(opts.threshold)(opts.env)
+    jobs = plan(opts, extra, run_dir)
+    counts = {s: sum(j.status == s for j in jobs) for s in ("new", "resume", "done", "diverged")}
+    n = counts["diverged"]
+    left_out = (f", {n} diverged (left out; delete {'its folder' if n == 1 else 'their folders'} to redo "
+                f"{'it' if n == 1 else 'them'})") if n else ""
+    print(f"{len(jobs)} runs: {counts['new']} new, {counts['resume']} to resume, {counts['done']} finished (skipped)"
+          f"{left_out}; in {run_dir}", flush=True)
     if opts.dry_run:
         for j in jobs:
-            print(f"  {j.status:<6} {j.env} {j.label} seed {j.seed}" + (f"  ({j.path})" if j.path else ""))
+            print(f"  {j.status:<8} {j.env} {j.label} seed {j.seed}" + (f"  ({j.path})" if j.path else ""))
         return []
 
     summaries, tasks = finished_and_tasks(jobs)
-    failures: Dict[int, str] = {}
-    progress = GridProgress(len(jobs), counts["done"])
+    # index -> (status, summary, message) of every run that did not finish: diverged, failed, interrupted, not started
+    ended = {i: ("diverged", read_summary(j.path), None) for i, j in enumerate(jobs) if j.status == "diverged"}
+    for i in ended:
+        print(outcome_line(jobs[i], *ended[i]), flush=True)
+    progress = GridProgress(len(jobs), counts["done"], counts["diverged"])
     progress.show()
 
     def on_result(index: int, summary: Optional[dict], error: Optional[str]) -> None:
-        if summary is not None:
+        status = "failed" if summary is None else summary.get("status", "finished")
+        if status == "finished":
             summaries[index] = summary
         else:
-            failures[index] = error
-            print(f"run failed: {jobs[index].env} {jobs[index].label} seed {jobs[index].seed}\n{error}", flush=True)
-        progress.update(summary is not None)
+            ended[index] = (status, summary or {}, error)
+        if status in ("diverged", "failed"):
+            print(outcome_line(jobs[index], status, summary, error), flush=True)
+            if status == "failed" and debugging(opts.debug):
+                print(error.split("\n", 1)[-1], flush=True)
+        if status != "not started":
+            progress.update(status)
 
-    try:
-        if opts.backend == "ray":
-            run_ray(tasks, opts.address, opts.workers, opts.cpus_per_run, opts.gpus_per_run, on_result)
-        else:
-            run_local(tasks, opts.workers, on_result)
-    except KeyboardInterrupt:
-        print("\ninterrupted: launch the same command again to resume (finished runs are skipped)", flush=True)
-        raise
+    if opts.backend == "ray":
+        run_ray(tasks, opts.address, opts.workers, opts.cpus_per_run, opts.gpus_per_run, on_result)
+    else:
+        run_local(tasks, opts.workers, on_result)
+    if STOPPED_BY is not None:
+        raise stopped(jobs, summaries, ended, argv, run_dir, opts.backend == "ray")
 
     results = [summaries[i] for i in range(len(jobs)) if i in summaries]
     rows = results_table([read_run(s["run_dir"]) for s in results], thresholds)
@@ -413,10 +654,16 @@ def launch(argv: List[str]) -> List[dict]:
     write_json_atomic(os.path.join(run_dir, "results.json"), {"runs": results})
     md, csv_path = write_tables(rows, run_dir)
     print(f"wrote {md}, {csv_path} and {os.path.join(run_dir, 'results.json')}; "
-          f"curves: python run.py plot {run_dir}")
-    if failures:
-        raise SystemExit(f"error: {len(failures)} of {len(jobs)} runs failed (tracebacks above); launch the same "
-                         f"command again to retry them")
+          f"curves: python run.py plot {run_dir}", flush=True)
+    bad = {i: e for i, e in ended.items() if e[0] in ("diverged", "failed")}
+    if bad:
+        count = {s: sum(e[0] == s for e in bad.values()) for s in ("failed", "diverged")}
+        hints = {"failed": "launching the same command again retries the failed runs (from their checkpoint, if any)",
+                 "diverged": "delete a diverged run's folder to redo it"}
+        raise RunStopped(f"error: {len(bad)} of {len(jobs)} runs did not finish ("
+                         + ", ".join(f"{n} {s}" for s, n in count.items() if n) + "; the table leaves them out):\n"
+                         + "\n".join("  " + outcome_line(jobs[i], *bad[i]) for i in sorted(bad)) + "\n"
+                         + "; ".join(hints[s] for s, n in count.items() if n), run_dir)
     return results
 
 
@@ -427,28 +674,34 @@ def plot(argv: List[str]) -> dict:
         "seeds and its 95%% bootstrap confidence band), one PNG per env with one line per algorithm (or sweep "
         "point), and results.md / results.csv: final and best evaluation return over seeds (mean, IQM, 95%% CI), "
         "env steps to a threshold, SPS. Reads every run folder under RUNS (args.json, summary.json, TensorBoard "
-        "events), finished or not.")
+        "events): a run that diverged is left out, an unfinished one (interrupted, still running or killed) is "
+        "shown as far as it got; the output says how many of each.")
     parser.add_argument("runs", nargs="+", help="folders holding runs, at any depth")
     parser.add_argument("--out", default=None, help="folder for the PNGs and tables (default: the first RUNS folder)")
     parser.add_argument("--threshold", nargs="+", default=[], metavar="[ENV=]VALUE",
                         help="return for the 'steps to threshold' column (and a dotted line): VALUE for every env, "
                              "or ENV=VALUE")
+    parser.add_argument(DEBUG_FLAG, action="store_true", help="print the traceback of an error (or MARL_DEBUG=1)")
     opts = parser.parse_args(argv)
-    records = latest_per_seed([read_run(p) for root in opts.runs for p in find_runs(root)])
+    missing = [root for root in opts.runs if not os.path.isdir(root)]
+    if missing:
+        raise ConfigError(f"no such folder: {', '.join(missing)} (run.py plot reads the run folders under RUNS)")
+    threshold_of = parse_thresholds(opts.threshold)
+    everything = latest_per_seed([read_run(p) for root in opts.runs for p in find_runs(root)])
+    records = [r for r in everything if r["status"] != "diverged"]
+    notes = [note for note in (diverged_note(everything), unfinished_note(records)) if note]
     if not records:
-        raise SystemExit(f"error: no runs (folders holding args.json) under {', '.join(opts.runs)}")
+        raise ConfigError(f"no runs (folders holding args.json) under {', '.join(opts.runs)}"
+                          + "".join(f"; {note}" for note in notes))
     out = opts.out or opts.runs[0]
     envs = sorted({r["env"] for r in records})
-    try:
-        thresholds = parse_thresholds(opts.threshold)(envs)
-    except ConfigError as err:
-        raise SystemExit(f"error: {err}") from None
+    thresholds = threshold_of(envs)
     os.makedirs(out, exist_ok=True)
     pngs = [plot_env(env, [r for r in records if r["env"] == env], out, thresholds.get(env)) for env in envs]
     rows = results_table(records, thresholds)
     md, csv_path = write_tables(rows, out)
     print(markdown_table(rows))
-    print("wrote " + ", ".join(pngs + [md, csv_path]))
+    print("\n".join(notes + ["wrote " + ", ".join(pngs + [md, csv_path])]))
     return {"pngs": pngs, "table": md, "csv": csv_path, "rows": rows}
 
 
@@ -496,19 +749,22 @@ def evaluate(argv: List[str]) -> List[dict]:
     parser.add_argument("--video", default=None, help="save one greedy episode to this .gif or .mp4 file (one run "
                                                       "only; MP4 needs ffmpeg)")
     parser.add_argument("--no-cuda", action="store_true", help="evaluate on the CPU even when a GPU is present")
+    parser.add_argument(DEBUG_FLAG, action="store_true", help="print the traceback of an error (or MARL_DEBUG=1)")
     opts = parser.parse_args(argv)
     paths = []
     for given in opts.runs:
+        if not os.path.exists(given):
+            raise ConfigError(f"no such run folder or checkpoint: {given}")
         if os.path.isfile(given) or os.path.isfile(os.path.join(given, "checkpoint.pt")):
             paths.append(given)
         else:
             paths += [p for p in find_runs(given) if os.path.isfile(os.path.join(p, "checkpoint.pt"))]
     if not paths:
-        raise SystemExit(f"error: no checkpoint (checkpoint.pt) in or under {', '.join(opts.runs)}")
+        raise ConfigError(f"no checkpoint (checkpoint.pt) in or under {', '.join(opts.runs)}")
     if opts.video and len(paths) > 1:
-        raise SystemExit(f"error: --video saves one episode of one run; {len(paths)} runs were given")
+        raise ConfigError(f"--video saves one episode of one run; {len(paths)} runs were given")
     if opts.video and not opts.video.endswith((".gif", ".mp4")):
-        raise SystemExit("error: --video must end in .gif or .mp4")
+        raise ConfigError("--video must end in .gif or .mp4")
     ffmpeg = _ffmpeg() if opts.video and opts.video.endswith(".mp4") else None
     results = []
     for path in paths:
@@ -523,7 +779,7 @@ def evaluate(argv: List[str]) -> List[dict]:
             try:
                 module.main(parse_args(module.Args, base + ["--render-gif", gif]))
             except (NotImplementedError, ImportError, ValueError) as err:
-                raise SystemExit(f"error: cannot render this run's env: {err}") from None
+                raise ConfigError(f"cannot render this run's env: {err}") from None
             if ffmpeg:
                 os.makedirs(os.path.dirname(os.path.abspath(opts.video)), exist_ok=True)
                 subprocess.run([ffmpeg, "-y", "-loglevel", "error", "-i", gif, "-movflags", "faststart", "-pix_fmt",
@@ -536,12 +792,12 @@ def evaluate(argv: List[str]) -> List[dict]:
 
 
 def checkpoint_algo(path: str) -> str:
-    """Which algorithm wrote a run: its summary.json says, else the checkpoint itself."""
+    """Which algorithm wrote a run (a folder or its checkpoint.pt): its summary.json says, else the
+    checkpoint itself (any other file must be a checkpoint: load_checkpoint says what it is if not)."""
     folder = path if os.path.isdir(path) else os.path.dirname(path)
-    summary = os.path.join(folder, "summary.json")
-    if os.path.isfile(summary):
-        with open(summary) as f:
-            return json.load(f)["algo"]
+    summary = read_summary(folder) if os.path.isdir(path) or os.path.basename(path) == "checkpoint.pt" else None
+    if summary and "algo" in summary:
+        return summary["algo"]
     from common.run_utils import load_checkpoint
 
     return load_checkpoint(path)["algo"]
@@ -557,19 +813,21 @@ def _ffmpeg() -> str:
 
         return imageio_ffmpeg.get_ffmpeg_exe()
     except ImportError:
-        raise SystemExit("error: an MP4 needs ffmpeg (apt-get install ffmpeg, or pip install imageio-ffmpeg); "
-                         "a .gif needs nothing more") from None
+        raise ConfigError("an MP4 needs ffmpeg (apt-get install ffmpeg, or pip install imageio-ffmpeg); "
+                          "a .gif needs nothing more") from None
 
 
 # ============================================================================ entry
 def main(argv: Optional[Sequence[str]] = None):
-    """`run.py [launch options] [-- algorithm flags]`, `run.py plot ...` or `run.py evaluate ...`."""
+    """`run.py [launch options] [-- algorithm flags]`, `run.py plot ...` or `run.py evaluate ...`.
+
+    Errors end in one message and an exit code (common.cli.report_errors): 2 for a usage error
+    (`error: ...`), 1 when runs failed or diverged, 130 / 143 after Ctrl-C / SIGTERM; --debug
+    before `--` (or MARL_DEBUG=1) shows tracebacks."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["plot"]:
-        return plot(argv[1:])
-    if argv[:1] == ["evaluate"]:
-        return evaluate(argv[1:])
-    return launch(argv)
+    debug = DEBUG_FLAG in (argv[: argv.index("--")] if "--" in argv else argv)
+    command = {"plot": plot, "evaluate": evaluate}.get(argv[0] if argv else "")
+    return report_errors(lambda: command(argv[1:]) if command else launch(argv), debug)
 
 
 if __name__ == "__main__":

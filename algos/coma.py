@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, parse_args
+from common.cli import ConfigError, run_cli
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              rng_state, save_checkpoint, seed_everything, start_or_resume)
-from envs import make_env, parse_env_kwargs
+                              resume_envs, rng_state, seed_everything, start_or_resume)
+from envs import discrete_hint, make_env, parse_env_kwargs
 from nets import Actor, AgentNet, MaskedCategorical, ValueNorm, explained_variance
 
 
@@ -55,8 +55,8 @@ class Args:
     checkpoint_every: int = 500_000
     """save <run_dir>/<run_name>/checkpoint.pt every this many env steps (0: only at the end)"""
     resume: Optional[str] = None
-    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
-    with it override them (e.g. a larger --total-timesteps)"""
+    """continue a stopped run from its folder or checkpoint.pt (flags given with it override its saved settings); a
+    torch: run goes on bitwise, a PettingZoo or VMAS one starts new episodes in every env copy, env RNG reseeded"""
     evaluate_checkpoint: Optional[str] = None
     """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
     render_gif: Optional[str] = None
@@ -130,7 +130,7 @@ class Args:
 
     @property
     def num_iterations(self) -> int:
-        return max(1, self.total_timesteps // self.batch_size)
+        return -(-self.total_timesteps // self.batch_size)  # rounded up: at least total_timesteps
 
 
 def validate(args: Args, env=None) -> None:
@@ -156,7 +156,7 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError(f"coma needs discrete actions (its critic outputs one Q value per action and its baseline "
                           f"sums over them); {args.env} has continuous ones. For continuous actions use "
                           "algos/mappo.py, algos/ippo.py, algos/vdppo.py or algos/vda2c.py "
-                          "(or set the env's continuous_actions=false)")
+                          f"(or {discrete_hint(args.env)})")
 
 
 # ============================================================================ 2. NETWORKS
@@ -259,13 +259,14 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def checkpoint_payload(args, actor, critic, target_critic, value_norm, actor_optimizer, critic_optimizer,
-                       shuffle_gen, global_step, iteration, critic_updates):
-    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts."""
+                       shuffle_gen, global_step, iteration, critic_updates, rollout):
+    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; `rollout`
+    is what the rollout carries into the next iteration (episode starts, the actor's recurrent state)."""
     return {"algo": "coma", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "target_critic": target_critic.state_dict(), "value_norm": value_norm.state_dict(),
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
             "global_step": global_step, "iteration": iteration, "critic_updates": critic_updates,
-            "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state()}
+            "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state(), "rollout": rollout}
 
 
 def evaluate_checkpoint(args: Args) -> dict:
@@ -313,15 +314,17 @@ def main(args: Args) -> dict:
         critic_updates = ckpt["critic_updates"]
         shuffle_gen.set_state(ckpt["shuffle_rng"])
 
-    obs_np, state_np, mask_np = envs.reset()
+    obs_np, state_np, mask_np, restored = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where they were
     obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
     state = torch.as_tensor(state_np, device=device)  # (E, state_dim)
     mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, A)
     starts = torch.ones(E, N, device=device)  # 1 where an episode starts: recurrent states reset there
     actor_state = actor.initial_state(E, device)  # tuple of (E, N, H), or None
+    if restored:  # the resumed rollout goes on mid-episode where it stopped
+        starts, actor_state = ckpt["rollout"]
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "coma", run_path, global_step, device)
+    recorder = RunRecorder(args, "coma", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic))
 
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):
@@ -457,19 +460,19 @@ def main(args: Args) -> dict:
                                charts={"learning_rate": actor_optimizer.param_groups[0]["lr"], "epsilon": epsilon},
                                console={"td_loss": stats["td_loss"], "entropy": stats["entropy"]})
         train_returns, train_lengths, agent_returns = [], [], []
-        if recorder.checkpoint_due(global_step):
-            save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+        if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
+            recorder.save_checkpoint(checkpoint_payload(
                 args, actor, critic, target_critic, value_norm, actor_optimizer, critic_optimizer, shuffle_gen,
-                global_step, iteration, critic_updates))
+                global_step, iteration, critic_updates, (starts, actor_state)))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
     recorder.final_evaluation(eval_envs, actor, global_step)
-    save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+    recorder.save_checkpoint(checkpoint_payload(
         args, actor, critic, target_critic, value_norm, actor_optimizer, critic_optimizer, shuffle_gen, global_step,
-        args.num_iterations, critic_updates))
+        args.num_iterations, critic_updates, (starts, actor_state)))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 
 
 if __name__ == "__main__":
-    main(parse_args(Args, description=__doc__))
+    run_cli(Args, main, __doc__)

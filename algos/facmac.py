@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, parse_args
+from common.cli import ConfigError, run_cli
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              rng_state, save_checkpoint, seed_everything, start_or_resume)
+                              resume_envs, rng_state, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs, with_continuous_actions
 from nets import Critic, DeterministicActor, NonMonotonicMixer, QMixer, VDNMixer
 
@@ -58,8 +58,8 @@ class Args:
     """save <run_dir>/<run_name>/checkpoint.pt (networks, optimisers, replay) every this many env steps
     (0: only at the end)"""
     resume: Optional[str] = None
-    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
-    with it override them (e.g. a larger --total-timesteps)"""
+    """continue a stopped run from its folder or checkpoint.pt (flags given with it override its saved settings); a
+    torch: run goes on bitwise, a PettingZoo or VMAS one starts new episodes in every env copy, env RNG reseeded"""
     evaluate_checkpoint: Optional[str] = None
     """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
     render_gif: Optional[str] = None
@@ -133,7 +133,7 @@ class Args:
 
     @property
     def num_iterations(self) -> int:
-        return max(1, self.total_timesteps // self.steps_per_iteration)
+        return -(-self.total_timesteps // self.steps_per_iteration)  # rounded up: at least total_timesteps
 
 
 def validate(args: Args, env=None) -> None:
@@ -298,12 +298,12 @@ def main(args: Args) -> dict:
         global_step, start_iteration, updates = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["updates"]
         sample_gen.set_state(ckpt["sample_rng"])
 
-    obs, state, mask = envs.reset()
+    obs, state, mask, _ = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where a resumed run's envs were
     obs, state = torch.as_tensor(obs, device=device), torch.as_tensor(state, device=device)  # (E, N, obs_dim), (E, S)
     mask = None if mask is None else torch.as_tensor(mask, device=device)  # (E, N, n_actions), discrete only
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "facmac", run_path, global_step, device)
+    recorder = RunRecorder(args, "facmac", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic, mixer))
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):
 
@@ -403,14 +403,14 @@ def main(args: Args) -> dict:
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
                                console={"td_loss": stats.get("td_loss"), "q_taken_mean": stats.get("q_taken_mean")})
         train_returns, train_lengths, agent_returns = [], [], []
-        if recorder.checkpoint_due(global_step):
-            save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+        if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
+            recorder.save_checkpoint(checkpoint_payload(
                 args, actor, critic, mixer, target_actor, target_critic, target_mixer, actor_optimizer,
                 critic_optimizer, buffer, sample_gen, global_step, iteration, updates))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
     recorder.final_evaluation(eval_envs, actor, global_step)
-    save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+    recorder.save_checkpoint(checkpoint_payload(
         args, actor, critic, mixer, target_actor, target_critic, target_mixer, actor_optimizer, critic_optimizer,
         buffer, sample_gen, global_step, args.num_iterations, updates))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
@@ -418,4 +418,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    main(parse_args(Args, description=__doc__))
+    run_cli(Args, main, __doc__)

@@ -14,11 +14,11 @@ import numpy as np
 import torch
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, parse_args
+from common.cli import ConfigError, run_cli
 from common.groups import (agent_names, assign_groups, check_share_params, load_group, make_teams, parameter_sets,
                            parse_pairs)
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              rng_state, save_checkpoint, seed_everything, start_or_resume)
+                              resume_envs, rng_state, seed_everything, start_or_resume)
 from envs import agent_feature_slices, make_env, parse_env_kwargs
 from nets import Actor, Critic, GraphNet, ValueNorm, explained_variance
 
@@ -54,8 +54,8 @@ class Args:
     checkpoint_every: int = 500_000
     """save <run_dir>/<run_name>/checkpoint.pt every this many env steps (0: only at the end)"""
     resume: Optional[str] = None
-    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
-    with it override them (e.g. a larger --total-timesteps)"""
+    """continue a stopped run from its folder or checkpoint.pt (flags given with it override its saved settings); a
+    torch: run goes on bitwise, a PettingZoo or VMAS one starts new episodes in every env copy, env RNG reseeded"""
     evaluate_checkpoint: Optional[str] = None
     """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
     render_gif: Optional[str] = None
@@ -154,7 +154,7 @@ class Args:
 
     @property
     def num_iterations(self) -> int:
-        return max(1, self.total_timesteps // self.batch_size)
+        return -(-self.total_timesteps // self.batch_size)  # rounded up: at least total_timesteps
 
 
 def validate(args: Args) -> None:
@@ -282,14 +282,16 @@ def group_mean(x: torch.Tensor, mask: torch.Tensor, group_onehot: torch.Tensor) 
     return group_onehot @ (sums / counts.clamp(min=1.0))  # (N,)
 
 
-def checkpoint_payload(args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration):
+def checkpoint_payload(args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration,
+                       rollout):
     """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; the
-    agents' groups and parameter rows let --load-group take one group's weights out of it."""
+    agents' groups and parameter rows let --load-group take one group's weights out of it. `rollout`:
+    what the rollout carries into the next iteration (episode starts, recurrent states)."""
     return {"algo": "ippo", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "value_norm": value_norm.state_dict(), "optimizer": optimizer.state_dict(), "global_step": global_step,
             "iteration": iteration, "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state(),
             "agents": teams.agents, "agent_groups": teams.agent_groups,
-            "agent_rows": {"actor": actor.agent_rows(), "critic": critic.agent_rows()}}
+            "agent_rows": {"actor": actor.agent_rows(), "critic": critic.agent_rows()}, "rollout": rollout}
 
 
 def evaluate_checkpoint(args: Args) -> dict:
@@ -338,16 +340,18 @@ def main(args: Args) -> dict:
         shuffle_gen.set_state(ckpt["shuffle_rng"])
     L = args.chunk_len if args.recurrent != "none" else 1
 
-    obs_np, state_np, mask_np = envs.reset()
+    obs_np, state_np, mask_np, restored = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where they were
     obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
     state = torch.as_tensor(state_np, device=device)  # (E, state_dim)
     mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, n_actions)
     starts = torch.ones(E, N, device=device)  # 1 where an episode starts: recurrent states reset there
     actor_state = actor.initial_state(E, device)  # tuple of (E, N, H), or None
     critic_state = critic.initial_state(E, device)
+    if restored:  # the resumed rollout goes on mid-episode where it stopped
+        starts, actor_state, critic_state = ckpt["rollout"]
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "ippo", run_path, global_step, device)
+    recorder = RunRecorder(args, "ippo", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic))
 
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):
@@ -479,17 +483,19 @@ def main(args: Args) -> dict:
                                charts={"learning_rate": optimizer.param_groups[0]["lr"]},
                                console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]}, groups=groups)
         train_returns, train_lengths, agent_returns = [], [], []
-        if recorder.checkpoint_due(global_step):
-            save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
-                args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration))
+        if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
+            recorder.save_checkpoint(checkpoint_payload(
+                args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration,
+                (starts, actor_state, critic_state)))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
     recorder.final_evaluation(eval_envs, actor, global_step, groups)
-    save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
-        args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, args.num_iterations))
+    recorder.save_checkpoint(checkpoint_payload(
+        args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, args.num_iterations,
+        (starts, actor_state, critic_state)))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 
 
 if __name__ == "__main__":
-    main(parse_args(Args, description=__doc__))
+    run_cli(Args, main, __doc__)

@@ -19,10 +19,10 @@ from typing import Literal, Optional, Tuple
 import torch
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, parse_args
+from common.cli import ConfigError, run_cli
 from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, checkpoint_for_evaluation, pick_device,
-                              report_greedy_evaluation, rng_state, save_checkpoint, seed_everything, start_or_resume)
-from envs import make_env, parse_env_kwargs, with_continuous_actions
+                              report_greedy_evaluation, resume_envs, rng_state, seed_everything, start_or_resume)
+from envs import continuous_hint, make_env, parse_env_kwargs, with_continuous_actions
 from nets import Critic, SquashedGaussianActor
 
 
@@ -55,8 +55,8 @@ class Args:
     """save <run_dir>/<run_name>/checkpoint.pt (networks, optimisers, replay) every this many env steps
     (0: only at the end)"""
     resume: Optional[str] = None
-    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
-    with it override them (e.g. a larger --total-timesteps)"""
+    """continue a stopped run from its folder or checkpoint.pt (flags given with it override its saved settings); a
+    torch: run goes on bitwise, a PettingZoo or VMAS one starts new episodes in every env copy, env RNG reseeded"""
     evaluate_checkpoint: Optional[str] = None
     """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
     render_gif: Optional[str] = None
@@ -120,7 +120,7 @@ class Args:
 
     @property
     def num_iterations(self) -> int:
-        return max(1, self.total_timesteps // self.steps_per_iteration)
+        return -(-self.total_timesteps // self.steps_per_iteration)  # rounded up: at least total_timesteps
 
 
 def validate(args: Args, env=None) -> None:
@@ -141,8 +141,8 @@ def validate(args: Args, env=None) -> None:
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
     if env is not None and env.discrete:
-        raise ConfigError(f"masac needs continuous actions; {args.env} has discrete ones here. Pass --env-kwargs "
-                          "continuous_actions=true, or use algos/maddpg.py (Gumbel-softmax) for discrete actions")
+        raise ConfigError(f"masac needs continuous actions; {args.env} has discrete ones here: {continuous_hint(args.env)}; "
+                          "or use algos/maddpg.py (Gumbel-softmax) for discrete actions")
 
 
 # ============================================================================ 2. NETWORKS
@@ -289,11 +289,11 @@ def main(args: Args) -> dict:
         global_step, start_iteration, updates = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["updates"]
         sample_gen.set_state(ckpt["sample_rng"])
 
-    obs, state, _ = envs.reset()
+    obs, state, _, _ = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where a resumed run's envs were
     obs, state = torch.as_tensor(obs, device=device), torch.as_tensor(state, device=device)  # (E, N, obs_dim), (E, S)
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "masac", run_path, global_step, device)
+    recorder = RunRecorder(args, "masac", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critics))
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):
 
@@ -394,14 +394,14 @@ def main(args: Args) -> dict:
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
                                console={"td_loss": stats.get("td_loss"), "alpha": stats.get("alpha")})
         train_returns, train_lengths, agent_returns = [], [], []
-        if recorder.checkpoint_due(global_step):
-            save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+        if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
+            recorder.save_checkpoint(checkpoint_payload(
                 args, actor, critics, target_critics, log_alpha, actor_optimizer, critic_optimizer, alpha_optimizer,
                 buffer, sample_gen, global_step, iteration, updates))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
     recorder.final_evaluation(eval_envs, actor, global_step)
-    save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+    recorder.save_checkpoint(checkpoint_payload(
         args, actor, critics, target_critics, log_alpha, actor_optimizer, critic_optimizer, alpha_optimizer, buffer,
         sample_gen, global_step, args.num_iterations, updates))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
@@ -409,4 +409,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    main(parse_args(Args, description=__doc__))
+    run_cli(Args, main, __doc__)

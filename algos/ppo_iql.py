@@ -24,11 +24,11 @@ import torch
 from torch import nn
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, parse_args
+from common.cli import ConfigError, run_cli
 from common.groups import agent_names, make_teams
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              rng_state, save_checkpoint, seed_everything, start_or_resume)
-from envs import make_env, parse_env_kwargs
+                              resume_envs, rng_state, seed_everything, start_or_resume)
+from envs import discrete_hint, make_env, parse_env_kwargs
 from nets import (MLP, Actor, Critic, EncodedPolicy, QPolicy, ValueNorm, check_policy_output, explained_variance,
                   shared_between, trainable_parameters)
 
@@ -61,8 +61,8 @@ class Args:
     """save <run_dir>/<run_name>/checkpoint.pt (networks, optimisers, replay) every this many env steps (0: only at
     the end)"""
     resume: Optional[str] = None
-    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
-    with it override them (e.g. a larger --total-timesteps)"""
+    """continue a stopped run from its folder or checkpoint.pt (flags given with it override its saved settings); a
+    torch: run goes on bitwise, a PettingZoo or VMAS one starts new episodes in every env copy, env RNG reseeded"""
     evaluate_checkpoint: Optional[str] = None
     """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
     render_gif: Optional[str] = None
@@ -150,7 +150,7 @@ class Args:
 
     @property
     def num_iterations(self) -> int:
-        return max(1, self.total_timesteps // self.batch_steps)
+        return -(-self.total_timesteps // self.batch_steps)  # rounded up: at least total_timesteps
 
 
 def validate(args: Args, env=None) -> None:
@@ -175,7 +175,7 @@ def validate(args: Args, env=None) -> None:
     if env is not None:
         if not env.discrete:
             raise ConfigError(f"ppo_iql needs discrete actions (the IQL group picks argmax actions); {args.env} has "
-                              "continuous ones (set the env's continuous_actions=false)")
+                              f"continuous ones ({discrete_hint(args.env)})")
         if args.shared_encoder != "none" and len(env.obs_shape) != 1:
             raise ConfigError(f"--shared-encoder takes flat observations; {args.env} gives {env.obs_shape}")
 
@@ -397,13 +397,13 @@ def main(args: Args) -> dict:
         global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
         shuffle_gen.set_state(ckpt["shuffle_rng"])
 
-    obs_np, state_np, mask_np = envs.reset()
+    obs_np, state_np, mask_np, _ = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where they were
     obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
     state = torch.as_tensor(state_np, device=device)  # (E, state_dim)
     mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, A)
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "ppo_iql", run_path, global_step, device)
+    recorder = RunRecorder(args, "ppo_iql", run_path, ckpt, device, envs=(envs, eval_envs), watch=tuple(nets.values()))
 
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):
@@ -565,17 +565,17 @@ def main(args: Args) -> dict:
                                charts={"epsilon": epsilon},
                                console={"epsilon": epsilon, "td_loss": stats.get("td_loss")}, groups=groups)
         train_returns, train_lengths, agent_returns = [], [], []
-        if recorder.checkpoint_due(global_step):
-            save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+        if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
+            recorder.save_checkpoint(checkpoint_payload(
                 args, teams, nets, optimizers, value_norm, reward_norm, replay, shuffle_gen, global_step, iteration))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
     recorder.final_evaluation(eval_envs, joint, global_step, groups)
-    save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+    recorder.save_checkpoint(checkpoint_payload(
         args, teams, nets, optimizers, value_norm, reward_norm, replay, shuffle_gen, global_step, args.num_iterations))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 
 
 if __name__ == "__main__":
-    main(parse_args(Args, description=__doc__))
+    run_cli(Args, main, __doc__)

@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, parse_args
+from common.cli import ConfigError, run_cli
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              rng_state, save_checkpoint, seed_everything, start_or_resume)
-from envs import make_env, parse_env_kwargs
+                              resume_envs, rng_state, seed_everything, start_or_resume)
+from envs import discrete_hint, make_env, parse_env_kwargs
 from nets import QPLEXMixer, QPolicy, ValueNorm
 
 
@@ -57,8 +57,8 @@ class Args:
     """save <run_dir>/<run_name>/checkpoint.pt (networks, optimiser, replay) every this many env steps
     (0: only at the end)"""
     resume: Optional[str] = None
-    """continue an interrupted run from its folder (or checkpoint.pt) with its saved settings; flags given
-    with it override them (e.g. a larger --total-timesteps)"""
+    """continue a stopped run from its folder or checkpoint.pt (flags given with it override its saved settings); a
+    torch: run goes on bitwise, a PettingZoo or VMAS one starts new episodes in every env copy, env RNG reseeded"""
     evaluate_checkpoint: Optional[str] = None
     """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
     render_gif: Optional[str] = None
@@ -139,8 +139,8 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
     if env is not None and not env.discrete:
         raise ConfigError(f"qplex picks argmax actions and needs discrete actions; {args.env} has continuous ones. "
-                          "For continuous actions use algos/mappo.py or algos/ippo.py (or set the env's "
-                          "continuous_actions=false)")
+                          "For continuous actions use algos/mappo.py or algos/ippo.py "
+                          f"(or {discrete_hint(args.env)})")
 
 
 # ============================================================================ 2. NETWORKS
@@ -216,13 +216,14 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def checkpoint_payload(args, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer,
-                       sample_gen, global_step, iteration, updates):
-    """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
+                       sample_gen, global_step, iteration, updates, fresh):
+    """Everything a resumed run needs (the replay included), in types weights_only=True accepts;
+    `fresh`: every env copy stands at an episode's start, so the next iteration does not reset."""
     return {"algo": "qplex", "args": args_dict(args), "agents": agents.state_dict(), "mixer": mixer.state_dict(),
             "target_agents": target_agents.state_dict(), "target_mixer": target_mixer.state_dict(),
             "optimizer": optimizer.state_dict(), "reward_norm": reward_norm.state_dict(),
             "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
-            "rng": rng_state(), "sample_rng": sample_gen.get_state()}
+            "rng": rng_state(), "sample_rng": sample_gen.get_state(), "fresh": fresh}
 
 
 def evaluate_checkpoint(args: Args) -> dict:
@@ -268,8 +269,10 @@ def main(args: Args) -> dict:
 
     train_returns, train_lengths = [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "qplex", run_path, global_step, device)
-    stats, iteration, fresh = {}, start_iteration - 1, False
+    recorder = RunRecorder(args, "qplex", run_path, ckpt, device, envs=(envs, eval_envs), watch=(agents, mixer))
+    obs, state, mask, restored = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where they were
+    # fresh: every copy stands at an episode's start (just reset, or all ended at once): no reset is due
+    stats, iteration, fresh = {}, start_iteration - 1, ckpt["fresh"] if restored else True
     while global_step < args.total_timesteps:
         iteration += 1
 
@@ -279,8 +282,8 @@ def main(args: Args) -> dict:
         t_rollout = time.time()
         if not fresh:
             obs, state, mask = envs.reset()
-            obs, state = torch.as_tensor(obs, device=device), torch.as_tensor(state, device=device)
-            mask = None if mask is None else torch.as_tensor(mask, device=device)
+        obs, state = torch.as_tensor(obs, device=device), torch.as_tensor(state, device=device)
+        mask = None if mask is None else torch.as_tensor(mask, device=device)
         epsilon = max(args.eps_finish, args.eps_start - (args.eps_start - args.eps_finish)
                       * global_step / args.eps_anneal_steps)
         agent_state = agents.initial_state(E, device)
@@ -397,19 +400,19 @@ def main(args: Args) -> dict:
                                charts={"epsilon": epsilon},
                                console={"epsilon": epsilon, "td_loss": stats.get("td_loss")})
         train_returns, train_lengths = [], []
-        if recorder.checkpoint_due(global_step):
-            save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+        if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
+            recorder.save_checkpoint(checkpoint_payload(
                 args, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen,
-                global_step, iteration, updates))
+                global_step, iteration, updates, fresh))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
     recorder.final_evaluation(eval_envs, agents, global_step)
-    save_checkpoint(recorder.checkpoint_path, checkpoint_payload(
+    recorder.save_checkpoint(checkpoint_payload(
         args, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen, global_step,
-        iteration, updates))
+        iteration, updates, fresh))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 
 
 if __name__ == "__main__":
-    main(parse_args(Args, description=__doc__))
+    run_cli(Args, main, __doc__)

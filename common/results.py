@@ -1,9 +1,12 @@
 """Reading runs back from their folders, and the statistics over seeds that `run.py` reports.
 
 Everything comes from the files a run writes itself (`args.json`, `summary.json`, the
-TensorBoard event files): no web service, no TensorFlow. A run that is still going, or was cut
-short, has no `summary.json`; its evaluation curve and SPS are read from its event files. So
-is the curve of a resumed run, whose `summary.json` covers only the part since the resume.
+TensorBoard event files): no web service, no TensorFlow. `summary.json`'s "status" says how a run
+ended (`run_status`): finished, interrupted (Ctrl-C or SIGTERM; it resumes from its checkpoint) or
+diverged; a run that is still going, or was killed, has no `summary.json` and its evaluation
+curve and SPS are read from its event files. So is the curve of a resumed run, whose older
+`summary.json` files cover only the part since the resume. Tables leave diverged runs out
+(`diverged_note` names them) and show unfinished ones as far as they got (`unfinished_note`).
 
     records = [read_run(p) for p in find_runs("runs/grid")]
     rows = results_table(latest_per_seed(records), thresholds={"simple_spread": -30.0})
@@ -21,6 +24,32 @@ SPS_TAG = "charts/SPS"
 
 
 # ----------------------------------------------------------------------------- one run
+def read_summary(run_path: str) -> Optional[dict]:
+    """A run folder's summary.json, or None when it has none (or one cut short by a crash)."""
+    try:
+        with open(os.path.join(run_path, "summary.json")) as f:
+            return json.load(f)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None
+
+
+def status_of(summary: Optional[dict]) -> str:
+    """"finished", "interrupted" or "diverged" as a summary says (older summaries, written before
+    runs could stop early, have no status: finished); "unfinished" for no summary."""
+    return "unfinished" if summary is None else summary.get("status", "finished")
+
+
+def run_status(run_path: str) -> str:
+    """How the run in `run_path` ended (`status_of` its summary.json): "unfinished" means still
+    running or killed; "interrupted" and "unfinished" runs resume from their checkpoint.pt."""
+    return status_of(read_summary(run_path))
+
+
+def _number(x) -> float:
+    """A summary's number, NaN where it wrote null (a NaN or infinity)."""
+    return float("nan") if x is None else float(x)
+
+
 def find_runs(root: str) -> List[str]:
     """Every run folder (a folder holding `args.json`) under `root`, `root` itself included, sorted."""
     found = []
@@ -94,25 +123,23 @@ def read_run(run_path: str) -> dict:
     """One run as a record:
 
     `path`, `env`, `seed`, `algo`, `label` (the run's `exp_name` or its algorithm: one line per
-    label in plots), `args` (args.json), `finished` (it wrote summary.json), `summary` (or None),
-    `curve` ([(env step, mean greedy evaluation return)], every evaluation the run made, resumed
-    parts included), `global_step`, `final_return` (the final evaluation of a finished run, else
-    the last evaluation so far; NaN if none), `best_return` (the best point of the curve) and
-    `sps` (of a finished run, from summary.json; else the last `charts/SPS` logged).
+    label in plots), `args` (args.json), `status` (`run_status`), `finished` (status finished),
+    `summary` (or None), `curve` ([(env step, mean greedy evaluation return)], every evaluation the
+    run made, resumed parts included), `global_step`, `final_return` (the final evaluation of a
+    finished run, else the last evaluation so far; NaN if none), `best_return` (the best point of
+    the curve) and `sps` (from summary.json; without one, the last `charts/SPS` logged).
 
     An unfinished run's algorithm is taken from its `exp_name` up to the first comma (run.py
     names sweep points `<algo>,<key>=<value>...`) or, without one, from its folder name.
     """
     with open(os.path.join(run_path, "args.json")) as f:
         args = json.load(f)
-    summary = None
-    if os.path.isfile(os.path.join(run_path, "summary.json")):
-        with open(os.path.join(run_path, "summary.json")) as f:
-            summary = json.load(f)
+    summary = read_summary(run_path)
+    status = status_of(summary)
     label = args.get("exp_name") or (summary["algo"] if summary else os.path.basename(run_path).split("__")[0])
     algo = summary["algo"] if summary else label.split(",")[0]
     points: Dict[int, float] = {}
-    sps = summary["sps"] if summary else float("nan")
+    sps = _number(summary.get("sps")) if summary else float("nan")
     global_step = summary["global_step"] if summary else 0
     if summary is None or args.get("resume"):  # summary.json's eval_history would miss steps
         history = scalar_history(run_path, (EVAL_TAG, SPS_TAG))
@@ -120,17 +147,17 @@ def read_run(run_path: str) -> dict:
         if summary is None and history[SPS_TAG]:
             global_step, sps = history[SPS_TAG][-1]
     if summary:  # exact values (float64) for the steps summary.json covers
-        points.update({int(s): float(v) for s, v in summary["eval_history"]})
+        points.update({int(s): float(v) for s, v in summary["eval_history"] if v is not None})
     curve = sorted(points.items())
-    if summary:
-        final = float(summary["eval_return_mean"])
+    if status == "finished":
+        final = _number(summary["eval_return_mean"])
     else:
         final = curve[-1][1] if curve else float("nan")
         global_step = max(global_step, curve[-1][0] if curve else 0)
     return {"path": run_path, "env": args["env"], "seed": args["seed"], "algo": algo, "label": label, "args": args,
-            "finished": summary is not None, "summary": summary, "curve": curve, "global_step": int(global_step),
-            "final_return": final, "best_return": max((v for _, v in curve), default=float("nan")),
-            "sps": float(sps)}
+            "status": status, "finished": status == "finished", "summary": summary, "curve": curve,
+            "global_step": int(global_step), "final_return": final,
+            "best_return": max((v for _, v in curve), default=float("nan")), "sps": float(sps)}
 
 
 def latest_per_seed(records: Sequence[dict]) -> List[dict]:
@@ -144,6 +171,26 @@ def latest_per_seed(records: Sequence[dict]) -> List[dict]:
         if key not in best or rank > (best[key]["finished"], best[key]["global_step"], best[key]["path"]):
             best[key] = r
     return sorted(best.values(), key=lambda r: (r["env"], r["label"], r["seed"]))
+
+
+def diverged_note(records: Sequence[dict]) -> str:
+    """'left out 2 diverged runs: <folders>' for the records (`read_run`) of runs that diverged;
+    '' when none did."""
+    paths = [r["path"] for r in records if r.get("status") == "diverged"]
+    return f"left out {len(paths)} diverged run{'s' * (len(paths) != 1)}: {', '.join(paths)}" if paths else ""
+
+
+def unfinished_note(records: Sequence[dict]) -> str:
+    """How many of the records (`read_run`) are of unfinished runs, which tables and curves show as
+    far as they got; '' when every run finished."""
+    interrupted = sum(r.get("status") == "interrupted" for r in records)
+    other = sum(r.get("status") == "unfinished" for r in records)
+    if not interrupted + other:
+        return ""
+    kinds = [f"{interrupted} interrupted (the run.py command that started them resumes them)"] * bool(interrupted)
+    kinds += [f"{other} without summary.json (still running, or killed)"] * bool(other)
+    return (f"{interrupted + other} unfinished run{'s' * (interrupted + other != 1)} shown as partial curves and "
+            f"marked unfinished in the table, their final return the last evaluation so far: {'; '.join(kinds)}")
 
 
 # ----------------------------------------------------------------------------- statistics over seeds
@@ -208,7 +255,8 @@ TABLE_COLUMNS = ("env", "algo", "seeds", "unfinished", "env_steps_min", "env_ste
 
 
 def results_table(records: Sequence[dict], thresholds: Optional[Dict[str, float]] = None) -> List[dict]:
-    """One row per (env, label) over its seeds' records (see `read_run`; pass one record per seed):
+    """One row per (env, label) over its seeds' records (see `read_run`; pass one record per seed),
+    leaving out the runs that diverged (`diverged_note` says which):
 
     `final_*` is the final evaluation of each seed (the last so far for an unfinished run),
     `best_*` the best point of each seed's curve; for both, the mean over seeds, the IQM and a
@@ -217,7 +265,7 @@ def results_table(records: Sequence[dict], thresholds: Optional[Dict[str, float]
     ("k/n"). `sps` is the mean over seeds."""
     thresholds = thresholds or {}
     groups: Dict[tuple, List[dict]] = {}
-    for r in records:
+    for r in (r for r in records if r.get("status") != "diverged"):
         groups.setdefault((r["env"], r["label"]), []).append(r)
     rows = []
     for (env, label), runs in groups.items():

@@ -5,17 +5,24 @@ Nothing here is RL maths: what is trained, logged as a loss or saved in a checkp
 in the algorithm files."""
 import dataclasses
 import json
+import math
 import os
+import pickle
 import random
+import re
+import signal
+import sys
 import tempfile
+import threading
 import time
+import zipfile
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from common.cli import ConfigError, saved_args
+from common.cli import ConfigError, RunDiverged, RunInterrupted, StopNow, saved_args
 from common.results import scalar_history
 from envs import make_env, parse_env_kwargs
 
@@ -61,26 +68,67 @@ def _as_tuples(x):
 
 
 # ----------------------------------------------------------------------------- files
+def safe_name(text: str) -> str:
+    """`text` with the characters some file systems refuse (`:` on Windows and macOS Finder,
+    `<>"/\\|?*`) written '-': 'torch:simple_spread' -> 'torch-simple_spread'."""
+    return re.sub(r'[:<>"/\\|?*]', "-", text)
+
+
 def new_run_dir(run_dir: str, algo: str, env: str, seed: int, exp_name: Optional[str] = None) -> str:
-    """Create and return a fresh folder run_dir/<exp_name or algo>__<env>__<seed>__<unix time>.
+    """Create and return a fresh folder run_dir/<exp_name or algo>__<env>__<seed>__<unix time>
+    (the env name through `safe_name`).
 
     The folder is created exclusively: two runs started in the same second get `_2`, `_3`...
-    instead of writing over each other's files.
+    instead of writing over each other's files. A --run-dir that is a file or not writable is a
+    ConfigError saying so.
     """
-    base = os.path.join(run_dir, f"{exp_name or algo}__{env}__{seed}__{int(time.time())}")
+    base = os.path.join(run_dir, safe_name(f"{exp_name or algo}__{env}__{seed}__{int(time.time())}"))
     path, k = base, 1
     while True:
         try:
             os.makedirs(path)
             return path
         except FileExistsError:
+            if not os.path.isdir(os.path.dirname(path)):
+                raise ConfigError(f"--run-dir {run_dir}: {_blocking_file(path)} is a file, not a folder") from None
             k += 1
             path = f"{base}_{k}"
+        except NotADirectoryError:
+            raise ConfigError(f"--run-dir {run_dir}: {_blocking_file(path)} is a file, not a folder") from None
+        except PermissionError:
+            raise ConfigError(f"--run-dir {run_dir} is not writable (permission denied); pick another "
+                              "--run-dir") from None
+
+
+def _blocking_file(path: str) -> str:
+    """The first existing non-folder on the way to `path`."""
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts) + 1):
+        head = os.sep.join(parts[:i])
+        if os.path.exists(head) and not os.path.isdir(head):
+            return head
+    return path
+
+
+def json_safe(x):
+    """`x` with every NaN or infinite float written None, so that the JSON is valid everywhere
+    (Python's json would write bare NaN, which other readers reject)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if isinstance(x, (np.floating, np.integer)):
+        return json_safe(x.item())
+    return x
 
 
 def write_json_atomic(path: str, data: Dict[str, Any]) -> None:
-    """Write JSON so that a reader never sees half a file (write a temp file, then rename)."""
-    _atomic_write(path, lambda f: f.write(json.dumps(data, indent=2, default=str).encode()))
+    """Write JSON so that a reader never sees half a file (write a temp file, then rename); valid
+    JSON always: non-finite numbers are written null (`json_safe`)."""
+    text = json.dumps(json_safe(data), indent=2, default=str, allow_nan=False)
+    _atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def save_checkpoint(path: str, payload: Dict[str, Any]) -> None:
@@ -91,13 +139,53 @@ def save_checkpoint(path: str, payload: Dict[str, Any]) -> None:
 def load_checkpoint(path: str, device: Optional[torch.device] = None) -> Dict[str, Any]:
     """Load a checkpoint without running code from it (weights_only=True).
 
-    `path` may be a checkpoint file or a run folder holding `checkpoint.pt`.
+    `path` may be a checkpoint file or a run folder holding `checkpoint.pt`. Anything else is a
+    ConfigError that says what the path holds: nothing, a run folder with no checkpoint yet, a
+    file this project did not write, or a file holding code (refused).
     """
     if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "checkpoint.pt")):
+            if os.path.isfile(os.path.join(path, "args.json")):
+                raise ConfigError(f"{path} holds no checkpoint.pt yet: a run writes one every --checkpoint-every env "
+                                  "steps and when Ctrl-C or SIGTERM stops it; start it again without --resume")
+            raise ConfigError(f"{path} is not a run folder (it holds no checkpoint.pt); pass a run folder made by "
+                              "an algorithm file, or its checkpoint.pt")
         path = os.path.join(path, "checkpoint.pt")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint at {path!r}; pass a run folder or a checkpoint.pt file")
-    return torch.load(path, map_location=device or "cpu", weights_only=True)
+    if not os.path.exists(path):
+        raise ConfigError(f"no run folder or checkpoint at {path!r}")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive
+        raise ConfigError(f"{path} is not a checkpoint written by this project (not a torch.save archive: another kind "
+                          "of file, or one cut short)")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "weights only" in str(err).lower():
+            raise ConfigError(f"refused: {path} holds code, not only weights (pickled Python objects); checkpoints are "
+                              "loaded with weights_only=True so that a downloaded file cannot run code") from None
+        raise ConfigError(f"{path} is not a checkpoint written by this project ({_first_line(err)})") from None
+    except Exception as err:  # a zip cut short, a text file, an empty file...
+        raise ConfigError(f"{path} is not a checkpoint written by this project, or it was cut short "
+                          f"({_first_line(err)})") from None
+    if not isinstance(ckpt, dict) or not {"algo", "args"} <= set(ckpt):
+        raise ConfigError(f"{path} is not a checkpoint written by this project (it has no 'algo' and 'args')")
+    # Everything to `device` but the random generators' states, which torch takes only on the CPU.
+    return {k: v if k.endswith("rng") else _to_device(v, device) for k, v in ckpt.items()} if device else ckpt
+
+
+def _to_device(x, device: torch.device):
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, dict):
+        return {k: _to_device(v, device) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_device(v, device) for v in x)
+    return x
+
+
+def _first_line(err: Exception) -> str:
+    """The first sentence of an exception's message, for a one-line error."""
+    text = (str(err).strip().splitlines() or [""])[0].split(". ")[0]
+    return f"{type(err).__name__}: {text}"[:160]
 
 
 def _atomic_write(path: str, write) -> None:
@@ -122,20 +210,45 @@ def args_dict(args) -> Dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- console
-class Progress:
-    """One readable line every few seconds: steps, SPS, training and evaluation returns."""
+CONSOLE_LABEL = ""  # put before every console line of a run; run.py sets it when several runs share a console
 
-    def __init__(self, total_steps: int, every_s: float = 10.0):
-        self.total, self.every_s, self.last = total_steps, every_s, 0.0
+
+def set_console_label(label: str) -> None:
+    global CONSOLE_LABEL
+    CONSOLE_LABEL = f"[{label}] " if label else ""
+
+
+def say(text: str) -> None:
+    """Print one console line of this run (labelled when run.py runs several at once)."""
+    print("\n".join(CONSOLE_LABEL + line for line in text.splitlines()), flush=True)
+
+
+def duration(seconds: float) -> str:
+    """3725 -> '1h02m', 125 -> '2m05s', 9 -> '9s'."""
+    seconds = int(max(seconds, 0))
+    h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+class Progress:
+    """One readable line every few seconds: steps, SPS, elapsed time and ETA, training and
+    evaluation returns."""
+
+    def __init__(self, total_steps: int, start_step: int = 0, every_s: float = 10.0):
+        self.total, self.start_step, self.every_s, self.last = total_steps, start_step, every_s, 0.0
+        self.start = time.time()
 
     def maybe_print(self, step: int, sps: float, fields: Dict[str, float], force: bool = False) -> None:
         now = time.time()
         if not force and now - self.last < self.every_s:
             return
         self.last = now
+        elapsed = now - self.start
+        done = step - self.start_step
+        eta = f" | ETA {duration(elapsed / done * (self.total - step))}" if 0 < done and step < self.total else ""
         parts = " | ".join(f"{k} {v:.2f}" for k, v in fields.items() if v is not None and np.isfinite(v))
-        print(f"step {step:>10,d} / {self.total:,d} ({100 * step / self.total:5.1f}%) | SPS {sps:6.0f} | {parts}",
-              flush=True)
+        say(f"step {step:>10,d} / {self.total:,d} ({100 * min(step / self.total, 1):5.1f}%) | SPS {sps:6.0f} | "
+            f"{duration(elapsed)}{eta} | {parts}")
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -228,11 +341,54 @@ def start_or_resume(args, algo: str, device: torch.device) -> Tuple[Optional[Dic
     if not args.resume:
         return None, new_run_dir(args.run_dir, algo, args.env, args.seed, args.exp_name)
     ckpt = load_checkpoint(args.resume, device)
-    if ckpt["args"]["env"] != args.env or ckpt["algo"] != algo:
-        raise ConfigError(f"--resume {args.resume} holds a {ckpt['algo']} run on {ckpt['args']['env']}, "
-                          f"not {algo} on {args.env}")
+    if ckpt["algo"] != algo:
+        raise ConfigError(f"--resume {args.resume} holds a {ckpt['algo']} run on {ckpt['args']['env']}, not a {algo} "
+                          f"run: resume it with python algos/{ckpt['algo']}.py --resume {args.resume}")
+    if ckpt["args"]["env"] != args.env:
+        raise ConfigError(f"--resume {args.resume} holds a run on {ckpt['args']['env']}; it cannot go on with --env "
+                          f"{args.env} (drop --env: a resumed run keeps its settings)")
+    for name in ("num_envs", "num_steps", "env_kwargs"):  # they size the iterations, the replay and the saved envs
+        saved, now = ckpt["args"].get(name), args_dict(args).get(name)
+        if saved is not None and saved != now:
+            raise ConfigError(f"--resume {args.resume}: the run was made with --{name.replace('_', '-')} "
+                              f"{' '.join(map(str, saved)) if isinstance(saved, list) else saved}, and a resumed run "
+                              "keeps it; drop that flag")
     set_rng_state(ckpt["rng"])
     return ckpt, args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
+
+
+def resume_envs(ckpt: Optional[Dict[str, Any]], envs, eval_envs) -> Tuple[Any, Any, Any, bool]:
+    """What the training envs show when the loop starts: (obs, state, action_mask, restored).
+
+    A fresh run resets `envs`. A resumed run puts `envs` and `eval_envs` back as its checkpoint
+    saved them (`env.load_state_dict`: the torch: ports and matrix_game) and takes the
+    observations their last step returned (`env.observe()`): the run goes on bitwise as if it had
+    never stopped, and with `restored` True the algorithm file puts back what its loop carried
+    from one iteration to the next (episode starts, recurrent states). Envs that cannot save their
+    state (PettingZoo-backed, VMAS), or whose saved state does not fit (another --num-envs or
+    --env-kwargs), are reset instead, which is said once: every copy starts a new episode, the
+    env's random state reseeded as at the run's start (copy i with seed + i), so from there on the
+    run differs from an uninterrupted one.
+    """
+    if ckpt is None:
+        return (*envs.reset(), False)
+    why = None  # why the envs cannot go on where they were
+    if "envs" not in ckpt:
+        why = "the checkpoint holds no env states (it predates exact resume)"
+    elif ckpt["envs"][0] is None:
+        why = f"{ckpt['args']['env']} cannot save the episodes in flight"
+    else:
+        try:
+            for env, state in zip((envs, eval_envs), ckpt["envs"]):
+                if state is not None:
+                    env.load_state_dict(state)
+        except ValueError as err:  # saved with other --num-envs, --eval-num-envs or --env-kwargs
+            why = str(err)
+    if why is not None:
+        say(f"resuming: {why}; every env copy starts a new episode, its random state reseeded as at the run's "
+            "start, so from here on the run differs from an uninterrupted one")
+        return (*envs.reset(), False)
+    return (*envs.observe(), True)
 
 
 def _next_multiple(step: int, every: int) -> Optional[int]:
@@ -240,15 +396,32 @@ def _next_multiple(step: int, every: int) -> Optional[int]:
     return (step // every + 1) * every if every else None
 
 
+# Statistics that are NaN by definition in some iterations (explained variance of constant returns), not divergence.
+UNDEFINED_OK = ("explained_variance",)
+
+
 class RunRecorder:
     """What every training run records besides its losses, kept in one place.
 
-    Made when training starts (it starts the clock): opens the TensorBoard writer in the run
-    folder and writes `args.json`. Then, once per iteration, `maybe_evaluate` runs the greedy
-    evaluation every `--eval-every` env steps, `log_iteration` writes the TensorBoard scalars
-    and the console line, and `checkpoint_due` says when to save. At the end,
-    `final_evaluation` and `finish` write `summary.json`. SPS counts env steps taken by this
-    process per second of wall-clock time, evaluation time left out.
+    Made when training starts (it starts the clock): prints the start banner (or "resuming ...
+    from env step N"), opens the TensorBoard writer in the run folder and writes `args.json`.
+    Then, once per iteration, `maybe_evaluate` runs the greedy evaluation every `--eval-every`
+    env steps, `log_iteration` writes the TensorBoard scalars and the console line, and
+    `checkpoint_due` says when to `save_checkpoint`. At the end, `final_evaluation` and `finish`
+    write `summary.json` with "status": "finished". SPS counts env steps taken by this process
+    per second of wall-clock time, evaluation time left out.
+
+    Failing well lives here too, so that no algorithm file repeats it:
+    - Ctrl-C (SIGINT) or SIGTERM: the iteration under way finishes, `checkpoint_due` turns
+      true, `save_checkpoint` writes the checkpoint and summary.json ("status": "interrupted"),
+      prints the --resume command and raises RunInterrupted (exit 130 / 143). A second signal
+      stops at once (KeyboardInterrupt), the last checkpoint kept.
+    - Divergence: `log_iteration` checks every loss statistic and the parameters of the modules
+      in `watch`; a NaN or infinity writes summary.json ("status": "diverged") and raises
+      RunDiverged naming the loss and the env step, before the checkpoint could be overwritten
+      (`save_checkpoint` refuses non-finite weights too).
+    - Exact resume: `save_checkpoint` adds the evaluation history (full precision) and the state
+      of every env in `envs` that can save one (`env.state_dict()`: the torch: ports).
 
     `groups` ({group name: agent indices}, which files with groups of agents pass to
     `maybe_evaluate`, `final_evaluation` and `log_iteration`) adds each group's
@@ -256,15 +429,20 @@ class RunRecorder:
     than one group) and to `summary.json`'s `eval_group_returns`.
     """
 
-    def __init__(self, args, algo: str, run_path: str, global_step: int, device: torch.device):
+    def __init__(self, args, algo: str, run_path: str, ckpt: Optional[Dict[str, Any]], device: torch.device,
+                 envs: Sequence[Any] = (), watch: Sequence[torch.nn.Module] = ()):
         self.args, self.algo, self.run_path, self.device = args, algo, run_path, device
+        self.envs, self.watch = tuple(envs), tuple(m for m in watch if m is not None)
+        global_step = ckpt["global_step"] if ckpt else 0
         self.checkpoint_path = os.path.join(run_path, "checkpoint.pt")
+        self.checkpoint_step = global_step if ckpt else None  # env step of the last checkpoint written
         self.writer = SummaryWriter(run_path)
         write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
-        self.progress = Progress(args.total_timesteps)
-        # (global_step, mean greedy return) of each evaluation; a resumed run starts from those made
-        # before its checkpoint, read back from the folder's event files (float32 there)
-        self.eval_history: List[Tuple[int, float]] = [] if global_step == 0 else [
+        self.progress = Progress(args.total_timesteps, global_step)
+        # (global_step, mean greedy return) of each evaluation; a resumed run starts from those made before its
+        # checkpoint (older checkpoints lack them: read back from the folder's event files, float32 there)
+        self.eval_history: List[Tuple[int, float]] = [] if not ckpt else [
+            (int(step), float(value)) for step, value in ckpt["eval_history"]] if "eval_history" in ckpt else [
             (step, value) for step, value in scalar_history(run_path, ("eval/episodic_return",))["eval/episodic_return"]
             if step <= global_step]
         self.eval_returns = np.array([np.nan])  # the returns of the latest evaluation, one per episode
@@ -272,6 +450,47 @@ class RunRecorder:
         self.next_eval = _next_multiple(global_step, args.eval_every)
         self.next_ckpt = _next_multiple(global_step, args.checkpoint_every)
         self.start_time, self.eval_time, self.start_step = time.time(), 0.0, global_step
+        self.last_stats: Dict[str, float] = {}
+        self.training_over = False  # set by final_evaluation: a signal then no longer stops the run
+        self.stop_signal: Optional[int] = None
+        self._old_handlers = self._catch_signals()
+        say(self.banner() if not ckpt else f"resuming {run_path} from env step {global_step:,}")
+
+    def banner(self) -> str:
+        """Algorithm, env, seed, device, how many env steps the run takes, and where it writes."""
+        a = self.args
+        planned = ""
+        per_iteration = getattr(a, "num_steps", 0) * getattr(a, "num_envs", 0)
+        if hasattr(a, "num_iterations") and per_iteration and a.num_iterations * per_iteration != a.total_timesteps:
+            planned = (f" (runs {a.num_iterations * per_iteration:,}: {a.num_iterations:,} whole iterations of "
+                       f"{per_iteration:,} = num_steps x num_envs)")
+        when = (f"every {a.checkpoint_every:,} env steps" if 0 < a.checkpoint_every < a.total_timesteps
+                else "at the end")
+        return (f"{self.algo} on {a.env} | seed {a.seed} | {self.device} | {a.total_timesteps:,} env steps{planned}\n"
+                f"writing to {self.run_path} (checkpoint {when}, and on Ctrl-C or SIGTERM)")
+
+    # ------------------------------------------------------------------ signals
+    def _catch_signals(self) -> Dict[int, Any]:
+        """SIGINT and SIGTERM ask the run to stop after this iteration (only the main thread can
+        take signals: elsewhere, e.g. in a Ray worker thread, they keep their handlers)."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.stop_signal is not None:  # a second signal: stop now
+            self._restore_signals()
+            raise StopNow(signum)
+        self.stop_signal = signum  # no printing here: a handler may interrupt a print in progress
+
+    def _restore_signals(self) -> None:
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers = {}
+
+    def _close(self) -> None:
+        self.writer.close()
+        self._restore_signals()
 
     def evaluate(self, eval_envs, policy, global_step: int,
                  groups: Optional[Dict[str, Sequence[int]]] = None) -> np.ndarray:
@@ -301,7 +520,9 @@ class RunRecorder:
 
     def final_evaluation(self, eval_envs, policy, global_step: int,
                          groups: Optional[Dict[str, Sequence[int]]] = None) -> np.ndarray:
-        """The evaluation `summary.json` reports: `evaluate` now, unless one just ran at this step."""
+        """The evaluation `summary.json` reports: `evaluate` now, unless one just ran at this step.
+        Training is over: a first Ctrl-C from here on lets the run finish (a second stops it at once)."""
+        self.training_over = True
         if not self.eval_history or self.eval_history[-1][0] != global_step:
             self.evaluate(eval_envs, policy, global_step, groups)
         return self.eval_returns
@@ -344,37 +565,107 @@ class RunRecorder:
             w.add_scalar(f"losses/{key}", value, global_step)
         w.add_scalar("timers/rollout_s", rollout_s, global_step)
         w.add_scalar("timers/update_s", update_s, global_step)
+        self.last_stats = dict(stats)
+        self.check_finite(global_step, stats)
         self.progress.maybe_print(global_step, sps, {
             "train_return": np.mean(train_returns) if train_returns else None,
             "eval_return": self.eval_history[-1][1] if self.eval_history else None, **(console or {})})
         return sps
 
+    def check_finite(self, global_step: int, stats: Dict[str, float]) -> None:
+        """Raise RunDiverged (after writing summary.json) if a loss statistic or a parameter of the
+        watched modules is NaN or infinite."""
+        bad = next((k for k, v in stats.items() if not math.isfinite(float(v)) and k not in UNDEFINED_OK), None)
+        if bad is not None:
+            raise self._diverged(global_step, f"losses/{bad} is {float(stats[bad])}")
+        for module in self.watch:
+            for name, p in module.named_parameters():
+                if not torch.isfinite(p).all():
+                    raise self._diverged(global_step, f"the parameter {type(module).__name__}.{name} holds NaN or "
+                                                      "infinite values")
+
+    def _diverged(self, global_step: int, what: str) -> RunDiverged:
+        self._write_summary(global_step, self.last_stats, "diverged", {"diverged": what})
+        self._close()
+        kept = (f"the last finite checkpoint ({self.checkpoint_path}, env step {self.checkpoint_step:,}) is kept"
+                if self.checkpoint_step is not None else "no checkpoint had been written")
+        return RunDiverged(f"error: the run diverged at env step {global_step:,}: {what}. Training stopped; {kept}; "
+                           f"summary.json says \"status\": \"diverged\". Try a lower --learning-rate or "
+                           "--max-grad-norm, and look for NaN in the env's observations and rewards.", self.run_path)
+
     def checkpoint_due(self, global_step: int) -> bool:
-        """True once every `--checkpoint-every` env steps (never when it is 0); the schedule then moves on."""
+        """True once every `--checkpoint-every` env steps (never when it is 0), and at once after
+        Ctrl-C or SIGTERM asked the run to stop; the schedule then moves on."""
+        if self.stop_signal is not None and not self.training_over:
+            return True
         if self.next_ckpt is None or global_step < self.next_ckpt:
             return False
-        self.next_ckpt += self.args.checkpoint_every
+        self.next_ckpt = _next_multiple(global_step, self.args.checkpoint_every)
         return True
 
-    def finish(self, global_step: int, final_losses: Dict[str, float], close: Iterable = ()) -> Dict[str, Any]:
-        """Write `summary.json` (after `final_evaluation`), print the last console line, close the
-        writer and the envs in `close`; return the summary, which `main` returns too."""
+    def save_checkpoint(self, payload: Dict[str, Any]) -> None:
+        """Write the algorithm's `payload` (which holds "global_step") atomically, with the
+        evaluation history and the envs' states added. Refuses non-finite weights (RunDiverged:
+        the previous checkpoint stays). After Ctrl-C or SIGTERM: writes summary.json ("status":
+        "interrupted"), prints the command that resumes the run and raises RunInterrupted."""
+        global_step = payload["global_step"]
+        bad = _nonfinite_entry(payload)
+        if bad is not None:
+            raise self._diverged(global_step, f"the checkpoint's {bad} holds NaN or infinite values")
+        payload = {**payload, "eval_history": [[step, value] for step, value in self.eval_history],
+                   "envs": [env.state_dict() if hasattr(env, "state_dict") else None for env in self.envs]}
+        save_checkpoint(self.checkpoint_path, payload)
+        self.checkpoint_step = global_step
+        if self.stop_signal is None or self.training_over:
+            return
+        name = signal.Signals(self.stop_signal).name
+        self._write_summary(global_step, self.last_stats, "interrupted", {"stopped_by": name})
+        self._close()
+        script = sys.argv[0] if sys.argv[0].endswith(".py") and "algos" in sys.argv[0] else f"algos/{self.algo}.py"
+        raise RunInterrupted(f"\nstopped by {name} at env step {global_step:,}: checkpoint saved in {self.checkpoint_path}"
+                             f", summary.json says \"status\": \"interrupted\"\nresume with: python {script} --resume "
+                             f"{self.run_path}", self.run_path, self.stop_signal)
+
+    def _write_summary(self, global_step: int, final_losses: Dict[str, float], status: str,
+                       extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         returns = self.eval_returns
-        summary = {"algo": self.algo, "env": self.args.env, "seed": self.args.seed, "global_step": global_step,
-                   "wall_time_s": time.time() - self.start_time, "sps": self.sps(global_step),
+        summary = {"algo": self.algo, "env": self.args.env, "seed": self.args.seed, "status": status,
+                   "global_step": global_step, "wall_time_s": time.time() - self.start_time, "sps": self.sps(global_step),
                    "eval_return_mean": float(returns.mean()), "eval_return_std": float(returns.std()),
                    "eval_episodes": int(len(returns)), "eval_policy": eval_policy(self.args),
                    "eval_history": self.eval_history, "run_dir": self.run_path,
-                   "final_losses": final_losses}
+                   "final_losses": final_losses, **(extra or {})}
         if self.eval_group_returns:  # files with groups of agents (MAPPO, IPPO)
             summary["eval_group_returns"] = self.eval_group_returns
         write_json_atomic(os.path.join(self.run_path, "summary.json"), summary)
+        return json_safe(summary)
+
+    def finish(self, global_step: int, final_losses: Dict[str, float], close: Iterable = ()) -> Dict[str, Any]:
+        """Write `summary.json` (after `final_evaluation`; "status": "finished"), print the last
+        console lines, close the writer and the envs in `close`; return the summary, which `main`
+        returns too."""
+        summary = self._write_summary(global_step, final_losses, "finished")
         self.progress.maybe_print(global_step, summary["sps"], {"eval_return": summary["eval_return_mean"]},
                                   force=True)
-        self.writer.close()
+        say(f"finished in {duration(summary['wall_time_s'])}: {os.path.join(self.run_path, 'summary.json')}\n"
+            f"curves: tensorboard --logdir {self.run_path}")
+        self._close()
         for env in close:
             env.close()
         return summary
+
+
+def _nonfinite_entry(payload: Dict[str, Any], skip=("replay", "envs", "rng", "args", "eval_history")) -> Optional[str]:
+    """The name of the first weight or optimiser entry of a checkpoint payload that is not finite, or None."""
+    def walk(x, where):
+        if isinstance(x, torch.Tensor):
+            return where if x.is_floating_point() and not torch.isfinite(x).all() else None
+        if isinstance(x, dict):
+            return next((found for k, v in x.items() if (found := walk(v, f"{where}.{k}")) is not None), None)
+        if isinstance(x, (list, tuple)):
+            return next((found for i, v in enumerate(x) if (found := walk(v, f"{where}[{i}]")) is not None), None)
+        return None
+    return next((found for k, v in payload.items() if k not in skip and (found := walk(v, k)) is not None), None)
 
 
 # ----------------------------------------------------------------------------- --evaluate-checkpoint

@@ -15,16 +15,21 @@ and `mamujoco:<scenario>-<agent_conf>` (`mamujoco:HalfCheetah-2x3`).
 Other PettingZoo families go by `family:scenario` (`sisl:pursuit`, `butterfly:pistonball`,
 `magent2:battle`, or with the module's version, `sisl:pursuit_v5`); their packages are optional
 and a missing one fails with the pip line that installs it (`PZ_FAMILIES`).
+
+Every mistake in a name or a scenario argument (an unknown name or argument, a value of the wrong
+type or out of range, a missing package) raises `EnvError` before any env is built, with the
+closest accepted spelling first ("did you mean 'simple_spread'?") and then what is accepted.
 """
 import importlib
 import inspect
 from functools import partial
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+from envs.errors import LIST_ENVS, EnvError, EnvPackageMissing, check_arguments, did_you_mean
 from envs.pettingzoo_vec import PettingZooVecEnv, VecStep
 from envs.matrix_game import PAYOFFS, MatrixGame
-from envs.torch_mpe import TORCH_SCENARIOS, TorchMPE, make_torch_mpe
-from envs import gym_multiagent, mamujoco, vmas_vec
+from envs.torch_mpe import TORCH_SCENARIOS, TorchMPE, make_torch_mpe, ported_kwargs
+from envs import gym_multiagent, mamujoco, torch_mpe, vmas_vec
 from envs.pz_families import PZ_FAMILIES, family_arguments, family_names, family_parallel_env, make_family_env, split_family
 
 TORCH_PREFIX = "torch:"
@@ -76,6 +81,16 @@ def agent_feature_slices(name: str) -> Dict[str, Tuple[int, int]]:
 # Small torch-native envs (no PettingZoo twin)
 NATIVE_ENVS = {"matrix_game": MatrixGame}
 
+# Bounds of one scenario's arguments beyond envs.errors.LIMITS (those hold for every env):
+# registry name -> {argument: (low, high), or the list of accepted values}.
+SCENARIO_LIMITS = {
+    "matrix_game": {"game": list(PAYOFFS)},
+    # MAgent2's own minimum map sides (an AssertionError inside the env otherwise)
+    "magent2:adversarial_pursuit": {"map_size": (7, None)}, "magent2:battle": {"map_size": (12, None)},
+    "magent2:battlefield": {"map_size": (46, None)}, "magent2:combined_arms": {"map_size": (16, None)},
+    "magent2:tiger_deer": {"map_size": (10, None)},
+}
+
 # Families reached by a prefix: prefix -> (arguments(rest), make(rest, num_envs, seed, env_kwargs,
 # render_mode, device), an example name), `rest` being the name after the prefix. Each family
 # imports its package only when used; a missing package fails with its pip line.
@@ -95,6 +110,9 @@ def _family(name: str):
 
 
 def known_envs() -> list:
+    """The names to pick from: mpe2 scenarios, their torch ports, the native envs and the PettingZoo
+    families' scenarios. The lbf/rware/vmas/mamujoco families have too many to list (FAMILIES
+    gives an example of each)."""
     return (sorted(MPE2_SCENARIOS) + sorted(TORCH_PREFIX + name for name in TORCH_SCENARIOS) + sorted(NATIVE_ENVS)
             + family_names())
 
@@ -103,23 +121,49 @@ def _split_torch(name: str):
     """'torch:simple_spread_v3' -> (True, 'simple_spread'); other names -> (False, name)."""
     if not name.startswith(TORCH_PREFIX):
         return False, name
-    bare = _resolve(name[len(TORCH_PREFIX):])
+    rest = name[len(TORCH_PREFIX):]
+    bare = _mpe2_name(rest)
     if bare not in TORCH_SCENARIOS:
-        raise ValueError(f"{bare!r} has no torch port yet; ported: "
-                         f"{', '.join(TORCH_PREFIX + n for n in sorted(TORCH_SCENARIOS))} "
-                         f"(drop the prefix to run the PettingZoo version)")
+        ported = ", ".join(TORCH_PREFIX + n for n in TORCH_SCENARIOS)
+        if bare is not None:
+            raise EnvError(f"{bare!r} has no torch port yet; ported: {ported} (drop the prefix to run the "
+                           "PettingZoo version)")
+        raise EnvError(f"unknown env {name!r}; {did_you_mean(rest, TORCH_SCENARIOS, TORCH_PREFIX)}ported: {ported}")
     return True, bare
 
 
-def _resolve(name: str) -> str:
-    """Map any accepted spelling to the bare mpe2 name, or fail with the list of known names."""
+def _mpe2_name(name: str) -> Optional[str]:
+    """The bare mpe2 name of any accepted spelling (simple_spread, simple_spread_v3, mpe2:simple_spread), or None."""
     bare = name.split(":", 1)[1] if name.startswith("mpe2:") or name.startswith("mpe:") else name
     for short, module in MPE2_SCENARIOS.items():
         if bare in (short, module):
             return short
-    raise ValueError(f"unknown env {name!r}; known envs: {', '.join(known_envs())} "
-                     "(also accepted with a version suffix, e.g. simple_spread_v3, or a 'mpe2:' prefix); "
-                     "other families by prefix: " + ", ".join(f"{p}: (e.g. {f[2]})" for p, f in FAMILIES.items()))
+    return None
+
+
+def _resolve(name: str) -> str:
+    """Map any accepted spelling to the bare mpe2 name, or fail saying what is accepted."""
+    bare = _mpe2_name(name)
+    if bare is None:
+        raise _unknown_env(name)
+    return bare
+
+
+def _unknown_env(name: str) -> EnvError:
+    """The error for a name that no family takes: the closest accepted name first, then a short
+    account of the names (all of them: LIST_ENVS)."""
+    prefixes = [*FAMILIES, *PZ_FAMILIES, "torch", "mpe2"]
+    prefix, sep, rest = name.partition(":")
+    if sep and prefix not in prefixes + ["mpe"]:
+        return EnvError(f"unknown env family {prefix + ':'!r} in {name!r}; {did_you_mean(prefix, prefixes, '', sep + rest)}"
+                        f"families: {', '.join(p + ':' for p in prefixes)}")
+    hint = (did_you_mean(rest, MPE2_SCENARIOS, prefix + sep) if sep
+            else did_you_mean(name, [*MPE2_SCENARIOS, *NATIVE_ENVS, *family_names()]))
+    if hint:
+        return EnvError(f"unknown env {name!r}; {hint}every name: {LIST_ENVS}")
+    return EnvError(f"unknown env {name!r}; known envs: {', '.join(MPE2_SCENARIOS)} (mpe2 scenarios, also as "
+                    f"simple_spread_v3, mpe2:simple_spread, torch:simple_spread), matrix_game, and by prefix "
+                    f"{', '.join(p + ':' for p in prefixes[:-2])} (e.g. {FAMILIES['lbf'][2]}); every name: {LIST_ENVS}")
 
 
 def env_maker(name: str):
@@ -144,8 +188,7 @@ def env_arguments(name: str) -> Dict[str, Any]:
         return family_arguments(*family)
     is_torch, bare = _split_torch(name)
     if is_torch:
-        params = inspect.signature(TORCH_SCENARIOS[bare].__init__).parameters
-        return {k: p.default for k, p in params.items() if k not in ("self", "num_envs", "seed", "device", "dtype")}
+        return torch_mpe.arguments(bare)
     sig = inspect.signature(env_maker(name))
     params = sig.parameters
     if any(p.kind == p.VAR_KEYWORD for p in params.values()):
@@ -157,12 +200,13 @@ def env_arguments(name: str) -> Dict[str, Any]:
 
 
 def parse_env_kwargs(pairs: Sequence[str]) -> Dict[str, Any]:
-    """['N=5', 'continuous_actions=true'] -> {'N': 5, 'continuous_actions': True}."""
+    """['N=5', 'continuous_actions=true'] -> {'N': 5, 'continuous_actions': True}. Values are read as
+    true/false, none/null, an int, a float, or else kept as a string; make_env checks them."""
     out = {}
     for pair in pairs:
-        if "=" not in pair:
-            raise ValueError(f"env argument {pair!r} is not KEY=VALUE (e.g. N=5 max_cycles=50 continuous_actions=true)")
-        key, raw = pair.split("=", 1)
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise EnvError(f"env argument {pair!r} is not KEY=VALUE (e.g. N=5 max_cycles=50 continuous_actions=true)")
         low = raw.lower()
         if low in ("true", "false"):
             value: Any = low == "true"
@@ -190,9 +234,60 @@ def with_continuous_actions(name: str, pairs: Sequence[str]) -> Tuple[str, ...]:
         return pairs
     try:
         accepted = env_arguments(name)
-    except (KeyError, ValueError, ImportError):  # unknown or missing env: make_env says what is wrong
+    except EnvError:  # unknown or missing env: make_env says what is wrong
         return pairs
     return pairs + ("continuous_actions=true",) if "continuous_actions" in accepted else pairs
+
+
+# Envs whose actions are continuous whatever their arguments. Envs with neither an argument that
+# switches the action type (_ACTION_SWITCHES) nor an entry here have discrete actions only.
+_CONTINUOUS_ONLY = ("mamujoco:", "sisl:multiwalker")
+_ACTION_SWITCHES = ("continuous_actions", "continuous")  # mpe2, torch ports, VMAS; pistonball
+_CONTINUOUS_ENVS = "mamujoco:HalfCheetah-2x3, vmas:balance, sisl:multiwalker, or an MPE scenario with continuous_actions=true"
+_DISCRETE_ENVS = "lbf:Foraging-8x8-2p-3f-v3, rware:rware-tiny-2ag-v2, sisl:pursuit, or an MPE scenario (e.g. simple_spread)"
+
+
+def _action_hint(name: str, continuous: bool) -> str:
+    try:
+        accepted = env_arguments(name)
+    except EnvError as err:
+        return str(err)
+    switch = next((k for k in _ACTION_SWITCHES if k in accepted), None)
+    if switch is not None:
+        return f"pass --env-kwargs {switch}={'true' if continuous else 'false'}"
+    if name.startswith(_CONTINUOUS_ONLY):
+        return f"{name} has continuous actions only" + ("" if continuous else f"; envs with discrete ones: {_DISCRETE_ENVS}")
+    return f"{name} has discrete actions only" + (f"; envs with continuous ones: {_CONTINUOUS_ENVS}" if continuous else "")
+
+
+def continuous_hint(name: str) -> str:
+    """What to do when an algorithm needs continuous actions and env `name` gave discrete ones,
+    true for that env: "pass --env-kwargs continuous_actions=true" where the env has that switch,
+    else that it has discrete actions only and which envs have continuous ones."""
+    return _action_hint(name, continuous=True)
+
+
+def discrete_hint(name: str) -> str:
+    """What to do when an algorithm needs discrete actions and env `name` gave continuous ones:
+    "pass --env-kwargs continuous_actions=false" where the env has that switch, else that it has
+    continuous actions only and which envs have discrete ones."""
+    return _action_hint(name, continuous=False)
+
+
+def check_env_kwargs(name: str, env_kwargs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Raise EnvError unless `name` is a known env and takes every argument in env_kwargs, each of
+    its default's type and in range (envs/errors.py); builds nothing. Returns the arguments to build
+    it with (a torch port drops the mpe2 arguments it takes only at their default)."""
+    env_kwargs = dict(env_kwargs or {})
+    is_torch, bare = _split_torch(name)
+    if is_torch:
+        env_kwargs = ported_kwargs(bare, env_kwargs)
+    family = split_family(name)
+    canonical = ":".join(family) if family else name
+    # VMAS scenarios declare no signature: their defaults (kwargs.pop(name, 5)) are not types
+    check_arguments(name, env_kwargs, env_arguments(name), SCENARIO_LIMITS.get(canonical),
+                    typed=not name.startswith("vmas:"))
+    return env_kwargs
 
 
 def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[str, Any]] = None,
@@ -200,34 +295,26 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
     """Build E copies of the named env behind the batched adapter.
 
     env_kwargs are the scenario's own arguments (for mpe2: N, max_cycles, continuous_actions,
-    local_ratio, ...); an unknown one fails with the list the scenario accepts. `device` places
+    local_ratio, ...), checked first (check_env_kwargs): an unknown name or argument, or a value
+    of the wrong type or out of range, raises EnvError before anything is built. `device` places
     a torch port's tensors (the training device, so the whole loop stays there); the PettingZoo
     adapter steps on the CPU and returns numpy arrays whatever it is. Rendering a torch port
     builds its PettingZoo twin (same observations and dynamics), which draws frames.
     """
-    env_kwargs = dict(env_kwargs or {})
+    is_torch, bare = _split_torch(name)
+    if is_torch and render_mode is not None:  # the port does not draw; its PettingZoo twin has the same dynamics
+        name, is_torch = bare, False
+    env_kwargs = check_env_kwargs(name, env_kwargs)
     family, rest = _family(name)
     if family is not None:
         return family[1](rest, num_envs, seed, env_kwargs, render_mode, device)
     if name in NATIVE_ENVS:
-        accepted = env_arguments(name)
-        unknown = sorted(set(env_kwargs) - set(accepted))
-        if unknown:
-            raise ValueError(f"env {name!r} does not take argument(s) {unknown}; accepted: {', '.join(accepted)}")
         return NATIVE_ENVS[name](num_envs, seed, device or "cpu", **env_kwargs)
     family = split_family(name)
     if family is not None:
         return make_family_env(name, family, num_envs, seed, env_kwargs, render_mode)
-    is_torch, bare = _split_torch(name)
-    if is_torch and render_mode is None:
+    if is_torch:
         return make_torch_mpe(bare, num_envs, seed, device or "cpu", **env_kwargs)
-    if is_torch:  # the port does not draw; its PettingZoo twin has the same dynamics and does
-        name = bare
-    accepted = env_arguments(name)
-    unknown = sorted(set(env_kwargs) - set(accepted))
-    if unknown:
-        raise ValueError(f"env {name!r} does not take argument(s) {unknown}; accepted: "
-                         + ", ".join(f"{k} (default {v!r})" for k, v in accepted.items()))
     maker = env_maker(name)
     if render_mode is not None:
         env_kwargs["render_mode"] = render_mode
@@ -237,6 +324,7 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
 
 
 __all__ = ["make_env", "env_maker", "env_arguments", "parse_env_kwargs", "with_continuous_actions", "known_envs",
+           "EnvError", "EnvPackageMissing", "check_env_kwargs", "continuous_hint", "discrete_hint", "SCENARIO_LIMITS",
            "agent_feature_slices", "MPE_AGENT_FEATURES",
            "PettingZooVecEnv", "VecStep", "MPE2_SCENARIOS", "TorchMPE", "TORCH_SCENARIOS", "MatrixGame", "PAYOFFS", "NATIVE_ENVS",
            "FAMILIES", "PZ_FAMILIES"]

@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 from gymnasium import spaces
 
+from envs.errors import EnvError, EnvPackageMissing, did_you_mean
 from envs.pettingzoo_vec import PettingZooVecEnv, VecStep
 
 # family prefix -> (python package that registers the gymnasium ids, pip line, an example id)
@@ -162,7 +163,7 @@ def _family(prefix: str):
     try:
         importlib.import_module(package)
     except ImportError as err:
-        raise ImportError(f"'{prefix}:' envs need the {package} package: {pip_line}") from err
+        raise EnvPackageMissing(f"'{prefix}:' envs need the {package} package: {pip_line}") from err
     return package, example
 
 
@@ -171,14 +172,13 @@ def arguments(prefix: str, env_id: str) -> Dict[str, Any]:
     import gymnasium
 
     package, example = _family(prefix)
-    try:
-        spec = gymnasium.spec(env_id)
-    except gymnasium.error.Error as err:
-        ids = [k for k, s in gymnasium.registry.items() if str(s.entry_point).startswith(package)]
-        raise ValueError(f"unknown {prefix} env {env_id!r}: {err}; {len(ids)} ids are registered by {package}, "
-                         f"e.g. {prefix}:{example} ({', '.join(sorted(ids)[:3])}, ...)") from None
-    if not str(spec.entry_point).startswith(package):
-        raise ValueError(f"{env_id!r} is not a {package} env; try {prefix}:{example}")
+    ids = [k for k, s in gymnasium.registry.items() if str(s.entry_point).startswith(package)]
+    if env_id not in ids:
+        head = (f"{env_id!r} is not a {package} env" if env_id in gymnasium.registry  # e.g. lbf:CartPole-v1
+                else f"unknown {prefix} env {env_id!r}")
+        raise EnvError(f"{head}; {did_you_mean(env_id, ids, prefix + ':', n=3)}{len(ids)} ids are registered "
+                       f"by {package}, e.g. {prefix}:{example}")
+    spec = gymnasium.spec(env_id)
     module, cls = str(spec.entry_point).split(":")
     params = inspect.signature(getattr(importlib.import_module(module), cls).__init__).parameters
     out = {k: p.default for k, p in params.items()
@@ -193,12 +193,7 @@ def make(prefix: str, env_id: str, num_envs: int, seed: int = 0, env_kwargs: Opt
     they step on the CPU and return numpy arrays whatever `device` is."""
     import gymnasium
 
-    env_kwargs = dict(env_kwargs or {})
-    accepted = arguments(prefix, env_id)
-    unknown = sorted(set(env_kwargs) - set(accepted))
-    if unknown:
-        raise ValueError(f"env {prefix}:{env_id} does not take argument(s) {unknown}; accepted: "
-                         + ", ".join(f"{k} (default {v!r})" for k, v in accepted.items()))
+    env_kwargs = dict(env_kwargs or {})  # checked against arguments() by envs.make_env
     if render_mode is not None:
         env_kwargs["render_mode"] = render_mode
     lbf = prefix == "lbf"

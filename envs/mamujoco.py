@@ -16,8 +16,10 @@ steps; `--env-kwargs max_episode_steps=200` shortens it) and terminated where th
 """
 import importlib
 import inspect
+import re
 from typing import Any, Dict, Optional, Tuple
 
+from envs.errors import EnvError, EnvPackageMissing, did_you_mean
 from envs.pettingzoo_vec import PettingZooVecEnv
 
 PIP_LINE = 'pip install "gymnasium-robotics==1.4.2" "mujoco>=3.1,<5"'
@@ -42,9 +44,15 @@ MAMUJOCO_CONFS = {
 def split_name(name: str) -> Tuple[str, str]:
     """'HalfCheetah-2x3' -> ('HalfCheetah', '2x3'), or fail with the accepted names."""
     scenario, _, conf = name.partition("-")
-    if scenario not in MAMUJOCO_CONFS or not conf:
-        raise ValueError(f"unknown MaMuJoCo env {name!r}; names are <scenario>-<agent_conf>: "
-                         + ", ".join(f"{s}-{c}" for s, cs in MAMUJOCO_CONFS.items() for c in cs))
+    if scenario not in MAMUJOCO_CONFS:
+        names = [f"{s}-{c}" for s, cs in MAMUJOCO_CONFS.items() for c in cs if not c.startswith("<")]
+        raise EnvError(f"unknown MaMuJoCo env {name!r}; {did_you_mean(name, names, 'mamujoco:')}names are "
+                       f"mamujoco:<scenario>-<agent_conf>, scenarios: {', '.join(MAMUJOCO_CONFS)}")
+    confs = MAMUJOCO_CONFS[scenario]
+    many_segments = scenario.startswith("ManySegment") and re.fullmatch(r"[1-9]\d*x[1-9]\d*", conf)
+    if conf not in confs and not many_segments:
+        raise EnvError(f"MaMuJoCo {scenario} has no agent_conf {conf!r}; {did_you_mean(conf, confs, scenario + '-')}"
+                       f"accepted: {', '.join(confs)} (e.g. mamujoco:{scenario}-{confs[0]})")
     return scenario, conf
 
 
@@ -52,7 +60,7 @@ def _module():
     try:
         from gymnasium_robotics import mamujoco_v1
     except ImportError as err:
-        raise ImportError(f"'mamujoco:' envs need gymnasium-robotics and mujoco: {PIP_LINE}") from err
+        raise EnvPackageMissing(f"'mamujoco:' envs need gymnasium-robotics and mujoco: {PIP_LINE}") from err
     return mamujoco_v1
 
 
@@ -81,22 +89,11 @@ def make(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[str,
          render_mode: Optional[str] = None, device=None) -> PettingZooVecEnv:
     """E copies of `mamujoco_v1.parallel_env(scenario, agent_conf, **env_kwargs)`; MuJoCo steps on
     the CPU and the adapter returns numpy arrays whatever `device` is."""
-    env_kwargs = dict(env_kwargs or {})
+    env_kwargs = dict(env_kwargs or {})  # checked against arguments() by envs.make_env
     scenario, conf = split_name(name)
-    accepted = arguments(name)
-    unknown = sorted(set(env_kwargs) - set(accepted))
-    if unknown:
-        raise ValueError(f"env mamujoco:{name} does not take argument(s) {unknown}; accepted: "
-                         + ", ".join(f"{k} (default {v!r})" for k, v in accepted.items()))
     mamujoco_v1 = _module()
 
     def make_one():
         return mamujoco_v1.parallel_env(scenario, conf, render_mode=render_mode, **env_kwargs)
 
-    try:
-        return PettingZooVecEnv(make_one, num_envs, seed)
-    except Exception as err:  # mamujoco raises a bare Exception("UNKNOWN partitioning config: ...")
-        if "partitioning" not in str(err):
-            raise
-        raise ValueError(f"MaMuJoCo {scenario} has no agent_conf {conf!r}; accepted: "
-                         f"{', '.join(MAMUJOCO_CONFS[scenario])}") from None
+    return PettingZooVecEnv(make_one, num_envs, seed)

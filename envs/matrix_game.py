@@ -16,6 +16,7 @@ from typing import Optional, Union
 
 import torch
 
+from envs.errors import EnvError, did_you_mean
 from envs.pettingzoo_vec import VecStep
 
 PAYOFFS = {
@@ -31,7 +32,7 @@ class MatrixGame:
     def __init__(self, num_envs: int, seed: int = 0, device: Union[str, torch.device] = "cpu",
                  game: str = "coordination"):
         if game not in PAYOFFS:
-            raise ValueError(f"unknown matrix game {game!r}; known: {', '.join(PAYOFFS)}")
+            raise EnvError(f"unknown matrix game {game!r}; {did_you_mean(str(game), PAYOFFS)}known: {', '.join(PAYOFFS)}")
         self.device = torch.device(device)
         self.payoff = torch.tensor(PAYOFFS[game], device=self.device)  # (A, A)
         self.num_envs, self.seed, self.game = num_envs, seed, game
@@ -60,6 +61,18 @@ class MatrixGame:
                        alive=ones, action_mask=None, final_obs=obs, final_state=obs.reshape(E, -1),
                        done=torch.ones(E, dtype=torch.bool, device=self.device), episode_return=reward,
                        episode_length=torch.ones(E, dtype=torch.long, device=self.device))
+
+    def state_dict(self) -> dict:
+        """The generator's state: observations are constant and every episode lasts one step, so
+        nothing else is in flight."""
+        return {"gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gen.set_state(state["gen"].cpu())
+
+    def observe(self):
+        """(obs, state, action_mask) as every reset and step returns them."""
+        return self.reset()
 
     def sample_actions(self, rng=None) -> torch.Tensor:
         return torch.randint(0, self.n_actions, (self.num_envs, 2), generator=self.gen, device=self.device)

@@ -30,6 +30,8 @@ from typing import Callable, Optional
 import numpy as np
 from gymnasium import spaces
 
+from envs.errors import EnvError
+
 
 @dataclass
 class VecStep:
@@ -86,7 +88,7 @@ class PettingZooVecEnv:
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
         if image_stride < 1:
-            raise ValueError(f"image_stride must be at least 1 (1 keeps every pixel), got {image_stride}")
+            raise EnvError(f"image_stride must be at least 1 (1 keeps every pixel), got {image_stride}")
         self.image_stride = image_stride
         self.envs = [make_env() for _ in range(num_envs)]
         self.num_envs = num_envs
@@ -106,7 +108,7 @@ class PettingZooVecEnv:
                             "accepts all-image or all-vector observations")
         self.image_obs = len(shapes[0]) == 3
         if image_stride > 1 and not self.image_obs:
-            raise ValueError(f"image_stride={image_stride} downsamples image observations, but these are "
+            raise EnvError(f"image_stride={image_stride} downsamples image observations, but these are "
                              f"vectors ({obs_spaces[0]}); leave it at 1")
         # Every axis is padded to the largest agent's; `_obs_slices[n]` is where agent n's values go.
         self.obs_shape = tuple(int(max(sh[k] for sh in shapes)) for k in range(len(shapes[0])))

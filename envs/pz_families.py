@@ -16,6 +16,7 @@ from typing import Any, Dict
 import numpy as np
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
+from envs.errors import EnvError, EnvPackageMissing, did_you_mean
 from envs.pettingzoo_vec import PettingZooVecEnv
 
 # family prefix -> (Python package, pip line, {scenario: versioned module}).
@@ -54,9 +55,9 @@ def split_family(name: str):
     for short, module in table.items():
         if scenario in (short, module):
             return family, short
-    raise ValueError(f"unknown {family} scenario {scenario!r}; known: "
-                     + ", ".join(f"{family}:{s}" for s in table)
-                     + f" (also with the version suffix, e.g. {family}:{next(iter(table.values()))})")
+    raise EnvError(f"unknown {family} scenario {scenario!r}; {did_you_mean(scenario, table, family + ':')}known: "
+                   + ", ".join(f"{family}:{s}" for s in table)
+                   + f" (also with the version suffix, e.g. {family}:{next(iter(table.values()))})")
 
 
 def _module(family: str, scenario: str):
@@ -65,7 +66,7 @@ def _module(family: str, scenario: str):
     try:
         return importlib.import_module(f"{package}.{table[scenario]}")
     except ImportError as err:  # gymnasium's DependencyNotInstalled (box2d, pymunk) is an ImportError too
-        raise ImportError(f"{family}:{scenario} needs an optional package that is not installed ({err}); "
+        raise EnvPackageMissing(f"{family}:{scenario} needs an optional package that is not installed ({err}); "
                           f"install it with: {pip_line}") from err
 
 
@@ -99,12 +100,8 @@ def make_family_env(name: str, family: tuple, num_envs: int, seed: int, env_kwar
                     render_mode=None) -> PettingZooVecEnv:
     """E copies of a scenario behind the PettingZoo adapter. The global state is the env's own
     `state()` (an image for pursuit, pistonball, cooperative_pong and MAgent2, flattened by the
-    adapter, its shape in `state_shape`), except where that is broken (`_STATE_FROM_OBS`)."""
-    accepted = family_arguments(*family)
-    unknown = sorted(set(env_kwargs) - set(accepted))
-    if unknown:
-        raise ValueError(f"env {name!r} does not take argument(s) {unknown}; accepted: "
-                         + ", ".join(f"{k} (default {v!r})" for k, v in accepted.items()))
+    adapter, its shape in `state_shape`), except where that is broken (`_STATE_FROM_OBS`).
+    envs.make_env checks env_kwargs against family_arguments first."""
     env_kwargs = dict(env_kwargs)
     adapter = {k: env_kwargs.pop(k) for k in ADAPTER_ARGUMENTS if k in env_kwargs}
     maker = family_parallel_env(*family)

@@ -19,6 +19,7 @@ give the same observations, rewards and ends to within 1e-5.
 
 The adapter surface is `PettingZooVecEnv`'s (same attributes, same `VecStep`), so every
 algorithm runs unchanged; the arrays are torch tensors on `device` instead of numpy arrays.
+It adds `state_dict()` / `load_state_dict()` / `observe()`, so that a resumed run goes on bitwise.
 Agents whose observation or action sizes differ are padded to the largest (zeros after the
 true entries); the true sizes are in `obs_dims` / `action_dims`, `action_dim_mask` (N, n_actions
 or act_dim) is True where an action is real, and for discrete actions `action_mask()` is that
@@ -37,6 +38,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from envs.errors import EnvError, check_arguments, did_you_mean
 from envs.pettingzoo_vec import VecStep
 
 
@@ -76,11 +78,11 @@ class TorchMPE:
                  dtype: torch.dtype = torch.float32, max_cycles: int = 25, continuous_actions: bool = False,
                  local_ratio: Optional[float] = None):
         if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+            raise EnvError(f"num_envs must be at least 1, got {num_envs}")
         if max_cycles < 1:
-            raise ValueError(f"max_cycles must be at least 1, got {max_cycles}")
+            raise EnvError(f"max_cycles must be at least 1, got {max_cycles}")
         if local_ratio is not None and not 0.0 <= local_ratio <= 1.0:
-            raise ValueError(f"local_ratio is a proportion in [0, 1], got {local_ratio}")
+            raise EnvError(f"local_ratio is a proportion in [0, 1], got {local_ratio}")
         self.num_envs, self.seed = num_envs, seed
         self.device, self.dtype = torch.device(device), dtype
         self.max_cycles, self.continuous_actions, self.local_ratio = max_cycles, continuous_actions, local_ratio
@@ -385,6 +387,33 @@ class TorchMPE:
     def is_terminal(self) -> torch.Tensor:
         return torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
 
+    # ------------------------------------------------------------------ exact resume
+    def state_dict(self) -> Dict[str, torch.Tensor]:
+        """Everything that decides the next steps and what they report, as tensors that
+        `torch.load(weights_only=True)` accepts: every copy's world (positions, velocities,
+        utterances, step counts, the scenario's per-episode draws), the returns and lengths of the
+        episodes in flight, and the generator's state."""
+        names = ("pos", "vel", "comm", "steps", "_ep_return", "_ep_length") + self.scenario_state_names
+        return {**{name: getattr(self, name).clone() for name in names}, "gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
+        """Put back what `state_dict()` saved (same scenario and number of copies); the next step is
+        then the one the saving env would have taken, and `observe()` gives what its last step returned."""
+        for name, value in state.items():
+            if name == "gen":
+                self.gen.set_state(value.cpu())  # a generator's state is a CPU byte tensor, whatever its device
+                continue
+            current = getattr(self, name)
+            if value.shape != current.shape:
+                raise ValueError(f"{type(self).__name__}: saved {name} has shape {tuple(value.shape)}, this env "
+                                 f"{tuple(current.shape)} (another number of copies or agents)")
+            setattr(self, name, value.to(device=self.device, dtype=current.dtype).clone())
+
+    def observe(self):
+        """(obs, state, action_mask) of the world as it stands: what the last reset or step returned."""
+        obs = self.observation().float()
+        return obs, self._state(obs), self.action_mask()
+
     def render(self):
         raise NotImplementedError("the torch MPE does not render; render the PettingZoo version of the "
                                   "same scenario (drop the 'torch:' prefix)")
@@ -561,7 +590,7 @@ class SimpleAdversary(TorchMPE):
     def __init__(self, num_envs: int, seed: int = 0, device="cpu", dtype=torch.float32, N: int = 2,
                  max_cycles: int = 25, continuous_actions: bool = False):
         if N < 1:
-            raise ValueError(f"simple_adversary needs N >= 1 good agents, got {N}")
+            raise EnvError(f"simple_adversary needs N >= 1 good agents, got {N}")
         super().__init__(num_envs, seed, device, dtype, max_cycles, continuous_actions)
         self.num_adversaries = 1
         self._make_world(N + 1, N, agent_size=0.15, landmark_size=0.08, agent_collide=False, landmark_collide=False,
@@ -607,7 +636,7 @@ class SimpleTag(TorchMPE):
                  num_adversaries: int = 3, num_obstacles: int = 2, max_cycles: int = 25,
                  continuous_actions: bool = False, terminate_on_success: bool = False):
         if num_good < 1 or num_adversaries < 1 or num_obstacles < 0:
-            raise ValueError("simple_tag needs num_good >= 1, num_adversaries >= 1 and num_obstacles >= 0, got "
+            raise EnvError("simple_tag needs num_good >= 1, num_adversaries >= 1 and num_obstacles >= 0, got "
                              f"{num_good}, {num_adversaries}, {num_obstacles}")
         super().__init__(num_envs, seed, device, dtype, max_cycles, continuous_actions)
         self.num_good, self.num_adversaries, self.terminate_on_success = num_good, num_adversaries, terminate_on_success
@@ -714,27 +743,41 @@ TORCH_SCENARIOS = {
 }
 
 
-def make_torch_mpe(name: str, num_envs: int, seed: int = 0, device="cpu", dtype=torch.float32, **kwargs) -> TorchMPE:
-    """Build E copies of a ported scenario. mpe2 arguments the port does not implement are
-    accepted only at mpe2's default (they change nothing then); other values, and unknown
-    arguments, fail with the reason and the accepted list."""
+def _scenario(name: str) -> type:
     if name not in TORCH_SCENARIOS:
-        raise ValueError(f"no torch port of {name!r}; ported scenarios: {', '.join(sorted(TORCH_SCENARIOS))}")
-    cls = TORCH_SCENARIOS[name]
-    accepted = [k for k in inspect.signature(cls.__init__).parameters
-                if k not in ("self", "num_envs", "seed", "device", "dtype")]
+        raise EnvError(f"no torch port of {name!r}; {did_you_mean(name, TORCH_SCENARIOS)}"
+                       f"ported scenarios: {', '.join(TORCH_SCENARIOS)}")
+    return TORCH_SCENARIOS[name]
+
+
+def arguments(name: str) -> Dict[str, object]:
+    """A ported scenario's arguments with their defaults (mpe2's, under mpe2's names)."""
+    params = inspect.signature(_scenario(name).__init__).parameters
+    return {k: p.default for k, p in params.items() if k not in ("self", "num_envs", "seed", "device", "dtype")}
+
+
+def ported_kwargs(name: str, kwargs: Dict[str, object]) -> Dict[str, object]:
+    """kwargs without the mpe2 arguments the port does not implement, which it accepts only at
+    mpe2's default (they change nothing then); another value of one fails with the reason."""
+    cls, kwargs = _scenario(name), dict(kwargs)
     for key in [k for k in kwargs if k in cls.unsupported_args]:
         default, why = cls.unsupported_args[key]
         if default is ... or kwargs[key] == default:
             kwargs.pop(key)  # mpe2's default: the port already behaves so
         else:
-            raise ValueError(f"torch:{name} does not support {key}={kwargs[key]!r} ({why}; only {default!r} "
-                             f"is accepted); drop the 'torch:' prefix to run mpe2 itself. accepted: "
-                             f"{', '.join(accepted)}")
-    unknown = sorted(set(kwargs) - set(accepted))
-    if unknown:
-        raise ValueError(f"torch:{name} does not take argument(s) {unknown}; accepted: {', '.join(accepted)}")
-    return cls(num_envs, seed, device, dtype, **kwargs)
+            raise EnvError(f"torch:{name} does not support {key}={kwargs[key]!r} ({why}; only {default!r} "
+                           f"is accepted); drop the 'torch:' prefix to run mpe2 itself. accepted: "
+                           f"{', '.join(arguments(name))}")
+    return kwargs
+
+
+def make_torch_mpe(name: str, num_envs: int, seed: int = 0, device="cpu", dtype=torch.float32, **kwargs) -> TorchMPE:
+    """Build E copies of a ported scenario. mpe2 arguments the port does not implement are
+    accepted only at mpe2's default (ported_kwargs); other values, unknown arguments and values
+    of the wrong type or out of range raise EnvError with the reason and what is accepted."""
+    kwargs = ported_kwargs(name, kwargs)
+    check_arguments(f"torch:{name}", kwargs, arguments(name))
+    return TORCH_SCENARIOS[name](num_envs, seed, device, dtype, **kwargs)
 
 
 __all__ = ["TorchMPE", "TORCH_SCENARIOS", "make_torch_mpe", "Simple", "SimpleSpread", "SimpleReference",

@@ -27,13 +27,13 @@ over copies; the only loops are over the N agents, VMAS's own per-agent lists.
 import ast
 import importlib
 import inspect
-import re
 import warnings
 from typing import Any, Dict, Optional, Union
 
 import numpy as np
 import torch
 
+from envs.errors import EnvError, EnvPackageMissing, did_you_mean
 from envs.pettingzoo_vec import VecStep
 
 PIP_LINE = "pip install vmas==1.5.2"
@@ -44,13 +44,20 @@ def _vmas():
     try:
         import vmas
     except ImportError as err:
-        raise ImportError(f"'vmas:' envs need the vmas package: {PIP_LINE}") from err
+        raise EnvPackageMissing(f"'vmas:' envs need the vmas package: {PIP_LINE}") from err
     return vmas
 
 
 def vmas_scenarios() -> list:
     vmas = _vmas()
     return sorted(set(vmas.scenarios) | set(vmas.mpe_scenarios) | set(vmas.debug_scenarios))
+
+
+def _check_scenario(scenario: str) -> None:
+    known = vmas_scenarios()
+    if scenario not in known:
+        raise EnvError(f"unknown VMAS scenario {scenario!r}; {did_you_mean(scenario, known, 'vmas:')}{len(known)} "
+                       f"scenarios, e.g. vmas:balance; all: python -c 'import envs; print(envs.vmas_vec.vmas_scenarios())'")
 
 
 def _is(space, kind: str) -> bool:
@@ -77,10 +84,8 @@ class VMASVecEnv:
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
         if max_steps is not None and max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1 (or None for no limit), got {max_steps}")
-        known = vmas_scenarios()
-        if scenario not in known:
-            raise ValueError(f"unknown VMAS scenario {scenario!r}; known: {', '.join(known)}")
+            raise EnvError(f"max_steps must be at least 1 (or None for no limit), got {max_steps}")
+        _check_scenario(scenario)
         self.num_envs, self.seed, self.device = num_envs, seed, torch.device(device)
         self.max_steps, self.continuous_actions = max_steps, continuous_actions
         with warnings.catch_warnings(record=True) as caught:
@@ -90,7 +95,7 @@ class VMASVecEnv:
                                      terminated_truncated=True, **scenario_kwargs)
         unused = [str(w.message) for w in caught if "not used by the scenario" in str(w.message)]
         if unused:
-            raise ValueError(f"VMAS scenario {scenario!r}: {unused[0]} The adapter itself takes max_steps "
+            raise EnvError(f"VMAS scenario {scenario!r}: {unused[0]} The adapter itself takes max_steps "
                              "and continuous_actions; the scenario's arguments are read in vmas/scenarios/"
                              f"{scenario}.py (kwargs.pop / get(...))")
         self.agents = [a.name for a in self.env.agents]
@@ -223,23 +228,30 @@ class VMASVecEnv:
 
 
 def arguments(scenario: str) -> Dict[str, Any]:
-    """The adapter's arguments and the ones the scenario reads (`kwargs.pop("name", default)` or
-    `kwargs.get(...)` in its source: VMAS scenarios declare no signature), with their defaults."""
+    """The adapter's arguments and the ones the scenario reads (every `kwargs.pop("name", default)`
+    or `kwargs.get(...)` call in its source: VMAS scenarios declare no signature), with their
+    defaults; a default that is an expression (`"n_agents"`) is given as its source text."""
     vmas = _vmas()
-    if scenario not in vmas_scenarios():
-        raise ValueError(f"unknown VMAS scenario {scenario!r}; known: {', '.join(vmas_scenarios())}")
+    _check_scenario(scenario)
     sub = "" if scenario in vmas.scenarios else "mpe." if scenario in vmas.mpe_scenarios else "debug."
     source = inspect.getsource(importlib.import_module(f"vmas.scenarios.{sub}{scenario}"))
     out: Dict[str, Any] = {"max_steps": DEFAULT_MAX_STEPS, "continuous_actions": True}
-    for key, default in re.findall(r'kwargs\.(?:pop|get)\(\s*"(\w+)"\s*(?:,\s*([^\n]*?))?\)\s*$', source, re.M):
+    calls = sorted((n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)), key=lambda n: n.lineno)
+    for node in calls:  # in source order: a name read twice keeps its first default
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and func.attr in ("pop", "get") and getattr(func.value, "id", "")
+                == "kwargs" and node.args and isinstance(node.args[0], ast.Constant)):
+            continue
+        default = node.args[1] if len(node.args) > 1 else None
         try:
-            out.setdefault(key, ast.literal_eval(default) if default else None)
-        except (ValueError, SyntaxError):
-            out.setdefault(key, default)  # an expression: shown as written
+            out.setdefault(node.args[0].value, None if default is None else ast.literal_eval(default))
+        except ValueError:
+            out.setdefault(node.args[0].value, ast.unparse(default))  # an expression: shown as written
     return out
 
 
 def make(scenario: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[str, Any]] = None,
          render_mode: Optional[str] = None, device=None) -> VMASVecEnv:
-    """E copies of a VMAS scenario on `device` (the training device keeps the whole loop there)."""
+    """E copies of a VMAS scenario on `device` (the training device keeps the whole loop there);
+    envs.make_env checks env_kwargs against arguments() first."""
     return VMASVecEnv(scenario, num_envs, seed, device or "cpu", **dict(env_kwargs or {}))

@@ -85,10 +85,10 @@ def test_preset_is_applied_and_command_line_wins(tmp_path):
 
 def test_unknown_preset_key_fails(tmp_path):
     path = write(tmp_path, "bad.yaml", "learning_rat: 0.001\n")
-    with pytest.raises(SystemExit) as err:
+    with pytest.raises(ConfigError) as err:
         parse_args(mappo.Args, ["--config", path])
-    msg = str(err.value.code)
-    assert "learning_rat" in msg and "accepted keys" in msg and "learning_rate" in msg
+    msg = str(err.value)
+    assert "learning_rat" in msg and "accepted keys" in msg and "did you mean 'learning_rate'" in msg
     with pytest.raises(ConfigError, match="learning_rat") as err:
         make_args(mappo.Args, config=path)
     assert "accepted keys" in str(err.value)
@@ -108,9 +108,8 @@ def test_preset_must_be_a_mapping(tmp_path):
 
 
 def test_missing_preset_file_fails(tmp_path):
-    with pytest.raises(SystemExit) as err:
+    with pytest.raises(ConfigError, match="nope.yaml"):
         parse_args(mappo.Args, ["--config", str(tmp_path / "nope.yaml")])
-    assert "nope.yaml" in str(err.value.code)
 
 
 def test_make_args_rejects_unknown_names():
@@ -134,9 +133,8 @@ BAD = {
 @pytest.mark.parametrize("case", BAD)
 def test_unsupported_combination_fails_at_once(tmp_path, algo, case):
     run_dir = tmp_path / "runs"
-    args = make_args(ALGOS[algo].Args, run_dir=str(run_dir), cuda=False, **BAD[case])
-    with pytest.raises(ConfigError):
-        ALGOS[algo].main(args)
+    with pytest.raises(ConfigError):  # from make_args' range checks or from main's validate
+        ALGOS[algo].main(make_args(ALGOS[algo].Args, run_dir=str(run_dir), cuda=False, **BAD[case]))
     assert not run_dir.exists()  # nothing was started
 
 
@@ -178,7 +176,7 @@ def test_zero_chunk_len_is_a_config_error(module):
 @pytest.mark.parametrize("module", [mappo, ippo])
 def test_zero_envs_message_names_num_envs(module):
     with pytest.raises(ConfigError, match="num-envs"):
-        module.validate(make_args(module.Args, num_envs=0))
+        make_args(module.Args, num_envs=0)
 
 
 def test_resume_brings_back_the_saved_settings(tiny, tmp_path):

@@ -107,9 +107,10 @@ def test_plot_runs_of_different_lengths_and_an_unfinished_one(tmp_path):
     assert record["sps"] > 0 and record["global_step"] == 40 and record["label"] == "ippo"
 
 
-def test_plot_without_runs_fails(tmp_path):
-    with pytest.raises(SystemExit, match="no runs"):
+def test_plot_without_runs_fails(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
         run.main(["plot", str(tmp_path)])
+    assert stop.value.code == 2 and "error: no runs" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -124,11 +125,12 @@ def test_evaluate_a_checkpoint_and_save_a_gif(tmp_path, capsys):
     assert "greedy return over 3 episodes" in out and f"saved 25 frames to {gif}" in out
 
 
-def test_evaluate_refuses_a_video_of_an_env_that_does_not_render(tmp_path):
+def test_evaluate_refuses_a_video_of_an_env_that_does_not_render(tmp_path, capsys):
     run.main(["--algo", "mappo", "--env", "matrix_game", "--seeds", "1", "--workers", "1", "--run-dir",
               str(tmp_path), "--", "--total-timesteps", "10", *TINY])
-    with pytest.raises(SystemExit, match="cannot render"):
+    with pytest.raises(SystemExit) as stop:
         run.main(["evaluate", str(tmp_path), "--episodes", "2", "--video", str(tmp_path / "x.gif"), "--no-cuda"])
+    assert stop.value.code == 2 and "error: cannot render" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- Ray

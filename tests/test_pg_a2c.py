@@ -19,8 +19,8 @@ from common.cli import ConfigError, field_names, make_args
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = {"ipg": ipg, "ia2c": ia2c, "maa2c": maa2c}
 A2C = [ia2c, maa2c]
-SUMMARY_KEYS = {"algo", "env", "seed", "global_step", "wall_time_s", "sps", "eval_return_mean", "eval_return_std",
-                "eval_episodes", "eval_policy", "eval_history", "run_dir", "final_losses"}
+SUMMARY_KEYS = {"algo", "env", "seed", "status", "global_step", "wall_time_s", "sps", "eval_return_mean",
+                "eval_return_std", "eval_episodes", "eval_policy", "eval_history", "run_dir", "final_losses"}
 LOSS_KEYS = {"policy_loss", "value_loss", "entropy", "grad_norm", "explained_variance"}
 GAMMA = 0.9
 

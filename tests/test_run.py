@@ -6,6 +6,7 @@ import csv
 import glob
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -19,6 +20,14 @@ TINY = ["--total-timesteps", "20", "--num-envs", "2", "--num-steps", "5", "--eva
 
 def launch(tmp_path, *own, extra=TINY):
     return run.main([*own, "--workers", "1", "--run-dir", str(tmp_path), "--", *extra])
+
+
+def refused(capsys, match, *own, extra=TINY, tmp_path):
+    """The launch ends in a usage error: exit 2 and an `error:` line on stderr matching `match`."""
+    with pytest.raises(SystemExit) as stop:
+        launch(tmp_path, *own, extra=extra)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("error: ") and re.search(match, err), err
 
 
 def table_rows(folder):
@@ -97,30 +106,28 @@ def test_killed_run_resumes_to_the_result_of_an_uninterrupted_one(tmp_path, monk
         assert cut_rows[0][key] == whole_rows[0][key]
 
 
-def test_unknown_config_key_fails_before_anything_runs(tmp_path):
+def test_unknown_config_key_fails_before_anything_runs(tmp_path, capsys):
     preset = tmp_path / "bad.yaml"
     preset.write_text("learning_rate: 0.001\nlearning_rat: 0.002\n")
-    with pytest.raises(SystemExit, match="unknown config key 'learning_rat'.*did you mean learning_rate"):
-        launch(tmp_path, "--algo", "mappo", extra=[*TINY, "--config", str(preset)])
+    refused(capsys, "unknown config key 'learning_rat'.*did you mean 'learning_rate'", "--algo", "mappo",
+            extra=[*TINY, "--config", str(preset)], tmp_path=tmp_path)
     assert not os.path.exists(tmp_path / "simple_spread")
 
 
-def test_unknown_sweep_key_env_and_env_argument_fail(tmp_path):
-    with pytest.raises(SystemExit, match="cannot sweep 'learning_rat'"):
-        launch(tmp_path, "--algo", "mappo", "--sweep", "learning_rat=0.1,0.2")
-    with pytest.raises(SystemExit, match="cannot sweep 'seed'"):
-        launch(tmp_path, "--algo", "mappo", "--sweep", "seed=1,2")
-    with pytest.raises(SystemExit, match="simple_sprad"):
-        launch(tmp_path, "--algo", "mappo", "--env", "simple_sprad")
-    with pytest.raises(SystemExit, match=r"takes no argument\(s\) \['M'\]"):
-        launch(tmp_path, "--algo", "mappo", extra=[*TINY, "--env-kwargs", "M=4"])
+def test_unknown_sweep_key_env_and_env_argument_fail(tmp_path, capsys):
+    refused(capsys, "cannot sweep 'learning_rat'", "--algo", "mappo", "--sweep", "learning_rat=0.1,0.2",
+            tmp_path=tmp_path)
+    refused(capsys, "cannot sweep 'seed'", "--algo", "mappo", "--sweep", "seed=1,2", tmp_path=tmp_path)
+    refused(capsys, "simple_sprad", "--algo", "mappo", "--env", "simple_sprad", tmp_path=tmp_path)
+    refused(capsys, r"takes no argument\(s\) \['M'\]", "--algo", "mappo", extra=[*TINY, "--env-kwargs", "M=4"],
+            tmp_path=tmp_path)
     assert not os.listdir(tmp_path)
 
 
 def test_relaunch_with_other_settings_is_refused_but_longer_runs_resume(tmp_path, capsys):
     (first,) = launch(tmp_path, "--algo", "mappo", "--seeds", "1")
-    with pytest.raises(SystemExit, match="learning_rate 0.002 -> 0.001"):
-        launch(tmp_path, "--algo", "mappo", "--seeds", "1", extra=[*TINY, "--learning-rate", "0.001"])
+    refused(capsys, "learning_rate 0.002 -> 0.001", "--algo", "mappo", "--seeds", "1",
+            extra=[*TINY, "--learning-rate", "0.001"], tmp_path=tmp_path)
     longer = [*TINY[:1], "40", *TINY[2:]]  # --total-timesteps 40: the finished run trains on
     (resumed,) = launch(tmp_path, "--algo", "mappo", "--seeds", "1", extra=longer)
     assert "1 to resume" in capsys.readouterr().out
@@ -147,7 +154,7 @@ def test_sweep_from_command_line_and_file_gives_one_table(tmp_path):
 
 def test_presets_start_each_run_from_its_config(tmp_path):
     launch(tmp_path, "--algo", "mappo", "--env", "torch:simple_spread", "--seeds", "1", "--presets")
-    (args_json,) = glob.glob(str(tmp_path / "torch:simple_spread" / "mappo" / "*" / "args.json"))
+    (args_json,) = glob.glob(str(tmp_path / "torch-simple_spread" / "mappo" / "*" / "args.json"))
     with open(args_json) as f:
         args = json.load(f)
     assert args["config"].endswith(os.path.join("configs", "mappo", "simple_spread.yaml"))
