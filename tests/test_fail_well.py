@@ -163,7 +163,6 @@ def wait_for_training(proc):
 @pytest.mark.parametrize("algo, sig, flags", [
     ("mappo", signal.SIGINT, ["--num-envs", "8"]),
     ("qmix", signal.SIGTERM, ["--num-envs", "4", "--batch-size", "4"]),
-    ("maddpg", signal.SIGTERM, ["--num-envs", "4", "--learning-starts", "200"]),
 ])
 def test_signal_saves_checkpoint_and_summary_then_resumes(tmp_path, algo, sig, flags):
     proc = start(algo, tmp_path, *flags)
