@@ -12,14 +12,14 @@ algos/happo.py except that each agent's step is a trust-region step. Run:
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal, Optional, Tuple
+from typing import Literal, Tuple
 
 import numpy as np
 import torch
 from torch.distributions import kl_divergence
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, run_cli
+from common.cli import ConfigError, RunArgs, run_cli
 from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
                               resume_envs, rng_state, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
@@ -28,40 +28,10 @@ from nets import Actor, Critic, MaskedCategorical, ValueNorm, explained_variance
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args:
-    # --- experiment
-    exp_name: Optional[str] = None
-    """run-name prefix (default: the algorithm's name)"""
-    seed: int = 1
-    """seed of python, numpy, torch; env copy i is seeded with seed + i"""
-    torch_deterministic: bool = True
-    """ask cuDNN for deterministic kernels"""
-    cuda: bool = True
-    """run the networks (acting, update, evaluation) on the GPU when one is present; PettingZoo envs step on the
-    CPU, torch: envs on the GPU too"""
-    torch_threads: int = 1
-    """CPU threads for torch; the networks are small, and 1 thread leaves a core for the env"""
-    run_dir: str = "runs"
-    """each run writes <run_dir>/<run_name>/: TensorBoard logs, args.json, checkpoint.pt, summary.json"""
+class Args(RunArgs):
+    # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 5_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
-    eval_every: int = 100_000
-    """greedy evaluation every this many env steps (0 disables it; a final one always runs)"""
-    eval_episodes: int = 100
-    """episodes per greedy evaluation"""
-    eval_num_envs: int = 10
-    """env copies used only for evaluation (seeded seed + 10_000 + i)"""
-    checkpoint_every: int = 500_000
-    """save <run_dir>/<run_name>/checkpoint.pt every this many env steps (0: only at the end)"""
-    resume: Optional[str] = None
-    """continue a stopped run from its folder or checkpoint.pt (flags given with it override its saved settings); a
-    torch: run goes on bitwise, a PettingZoo or VMAS one starts new episodes in every env copy, env RNG reseeded"""
-    evaluate_checkpoint: Optional[str] = None
-    """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
-    render_gif: Optional[str] = None
-    """with --evaluate-checkpoint: also save one episode as a GIF at this path"""
-    config: Optional[str] = None
-    """YAML preset of Args fields (defaults < preset < command line); unknown keys are errors"""
 
     # --- env
     env: str = "simple_spread"

@@ -67,6 +67,45 @@ def stop_now(signum, frame) -> None:
     raise StopNow(signum)
 
 
+@dataclasses.dataclass
+class RunArgs:
+    """The run settings every algorithm file shares: each file's `Args` subclasses this and adds
+    its own (the env, its length, the method's settings). This is the contract between an
+    algorithm file and `common/run_utils.py`, which reads these fields by name."""
+
+    exp_name: Optional[str] = None
+    """run-name prefix (default: the algorithm's name)"""
+    seed: int = 1
+    """seed of python, numpy, torch; env copy i is seeded with seed + i"""
+    torch_deterministic: bool = True
+    """ask cuDNN for deterministic kernels"""
+    cuda: bool = True
+    """run the networks (acting, update, evaluation) on the GPU when one is present; PettingZoo envs step on the
+    CPU, torch: envs on the GPU too"""
+    torch_threads: int = 1
+    """CPU threads for torch; the networks are small, and 1 thread leaves a core for the env"""
+    run_dir: str = "runs"
+    """each run writes <run_dir>/<run_name>/: TensorBoard logs, args.json, checkpoint.pt, summary.json"""
+    eval_every: int = 100_000
+    """greedy evaluation every this many env steps (0 disables it; a final one always runs)"""
+    eval_episodes: int = 100
+    """episodes per greedy evaluation"""
+    eval_num_envs: int = 10
+    """env copies used only for evaluation (seeded seed + 10_000 + i)"""
+    checkpoint_every: int = 500_000
+    """save <run_dir>/<run_name>/checkpoint.pt (networks, optimisers, the replay of off-policy files) every this many
+    env steps, and when Ctrl-C or SIGTERM stops the run (0: only then and at the end)"""
+    resume: Optional[str] = None
+    """continue a stopped run from its folder or checkpoint.pt (flags given with it override its saved settings); a
+    torch: run goes on bitwise, a PettingZoo or VMAS one starts new episodes in every env copy, env RNG reseeded"""
+    evaluate_checkpoint: Optional[str] = None
+    """do not train: load this run folder or checkpoint, run --eval-episodes greedy episodes, print returns"""
+    render_gif: Optional[str] = None
+    """with --evaluate-checkpoint: also save one episode as a GIF at this path"""
+    config: Optional[str] = None
+    """YAML preset of Args fields (defaults < preset < command line); unknown keys are errors"""
+
+
 def field_names(cls) -> List[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
