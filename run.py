@@ -60,7 +60,7 @@ from common.cli import (DEBUG_FLAG, ConfigError, RunInterrupted, RunStopped, did
 from common.results import (curves_on_grid, diverged_note, find_runs, latest_per_seed, markdown_table, mean_and_band,
                             read_run, read_summary, results_table, run_status, unfinished_note, write_tables)
 from common.run_utils import args_dict, safe_name, set_console_label, write_json_atomic
-from envs import env_arguments, known_envs, parse_env_kwargs
+from envs import check_env_kwargs, env_arguments, known_envs, parse_env_kwargs
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 ALGOS = tuple(sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "algos", "*.py"))
@@ -199,13 +199,7 @@ def make_job(module, algo: str, env: str, seed: int, point: Dict[str, Any], flag
     args = dataclasses.replace(args, exp_name=args.exp_name if label == algo else label, run_dir=parent)
     if hasattr(module, "validate"):
         module.validate(args)
-    try:
-        accepted = env_arguments(env)
-        unknown = sorted(set(parse_env_kwargs(args.env_kwargs)) - set(accepted))
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    if unknown:
-        raise ConfigError(f"env {env!r} takes no argument(s) {unknown}; accepted: {', '.join(accepted)}")
+    check_env_kwargs(env, parse_env_kwargs(args.env_kwargs))  # names, types and ranges; builds nothing
     job = Job(algo, env, seed, label, parent, argv + ["--run-dir", parent], args_dict(args))
     job.path = existing_run(parents, label, env, seed)
     return job
@@ -223,7 +217,7 @@ def plan(opts, extra: List[str], run_dir: str) -> List[Job]:
         try:
             env_arguments(env)
         except ValueError as err:
-            raise ConfigError(f"{err}{did_you_mean(env, known_envs())}") from None
+            raise ConfigError(str(err)) from None
         for algo, point in itertools.product(opts.algo, points):
             module = importlib.import_module(f"algos.{algo}")
             preset = preset_for(algo, env) if opts.presets else None

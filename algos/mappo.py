@@ -8,24 +8,25 @@ observations) and is used only during training. Run:
 """
 import time
 from dataclasses import dataclass
-from typing import Literal, Optional, Tuple
+from typing import Literal, Tuple
 
 import numpy as np
 import torch
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.groups import (agent_names, assign_groups, check_share_params, load_group, make_teams, parameter_sets,
-                           parse_pairs)
+from common.gnn_args import GNNArgs, check_gnn_args, graph_net
+from common.groups import (GroupArgs, agent_names, assign_groups, check_group_args, load_group,
+                           make_teams, parameter_sets)
 from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, checkpoint_for_evaluation, pick_device,
                               report_greedy_evaluation, resume_envs, rng_state, seed_everything, start_or_resume)
-from envs import agent_feature_slices, make_env, parse_env_kwargs
-from nets import Actor, Critic, GraphNet, ValueNorm, explained_variance
+from envs import make_env, parse_env_kwargs
+from nets import Actor, Critic, ValueNorm, explained_variance
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, GNNArgs, RunArgs):  # bases last to first: --help lists RunArgs' fields first
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 10_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
@@ -90,43 +91,14 @@ class Args(RunArgs):
     """hidden layer widths of actor and critic"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation"""
-    actor_model: Literal["mlp", "gnn"] = "mlp"
-    """actor body: "mlp", each agent on its own observation; "gnn", message passing between agents along
-    --gnn-topology (nets/gnn.py), so an agent acts on what its neighbours send too"""
     critic_model: Literal["mlp", "gnn"] = "mlp"
     """critic body: "mlp", or "gnn", a graph over the agents with each agent's observation as its node, its
     outputs pooled by --gnn-critic-pool"""
-    gnn_topology: Literal["full", "empty", "from_pos"] = "full"
-    """GNN edges: every agent hears every other (full), none (empty: per-agent MLPs), or those closer than
-    --gnn-edge-radius (from_pos, rebuilt every step from the agents' positions)"""
-    gnn_edge_radius: float = 0.5
-    """with --gnn-topology from_pos: two agents closer than this (env position units) exchange messages"""
-    gnn_self_loops: bool = False
-    """every agent also sends a message to itself"""
-    gnn_layers: int = 1
-    """how many of the --hidden-sizes layers pass messages (the first ones; the rest are per-agent layers)"""
-    gnn_pos_slice: Optional[Tuple[int, int]] = None
-    """START END: each agent's own position in its observation (default: where the env reports it,
-    envs.agent_feature_slices); needed by --gnn-topology from_pos"""
-    gnn_vel_slice: Optional[Tuple[int, int]] = None
-    """START END: each agent's own velocity in its observation (default: where the env reports it)"""
-    gnn_edge_features: bool = True
-    """messages carry the sender's position relative to the receiver, their distance and relative velocity,
-    where positions / velocities are known"""
     gnn_critic_pool: Literal["mean", "none"] = "mean"
     """GNN critic output: "mean", the mean over agents' node outputs, one centralised value for every agent
     (any topology); "none", each agent's value from its own node (per-agent rewards; needs edges)"""
-
-    # --- teams: groups of agents with their own policy (competitive scenarios: one per side)
-    agent_groups: Tuple[str, ...] = ()
-    """NAME=GROUP pairs putting an agent or a whole prefix group in a group; by default an agent's group is its name
-    without the _<index> suffix (adversary_0 -> adversary, agent_0 -> agent)"""
-    train_groups: Tuple[str, ...] = ()
-    """groups that learn (default: every group); the others act with fixed weights (needs --share-params group or
-    none)"""
-    load_group: Tuple[str, ...] = ()
-    """GROUP=CHECKPOINT pairs: start GROUP's actor (and, from a run of this algorithm and without --share-critic, its
-    critic) from another run's checkpoint or run folder, e.g. a trained opponent kept fixed with --train-groups"""
+    # --- also --actor-model and --gnn-* (common.gnn_args.GNNArgs), and the teams: --agent-groups, --train-groups,
+    # --load-group (common.groups.GroupArgs)
 
     @property
     def batch_size(self) -> int:
@@ -154,13 +126,8 @@ def validate(args: Args) -> None:
                           f"{'sequence chunks' if args.recurrent != 'none' else 'env steps'} per rollout)")
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
-    check_share_params(args.share_params)
-    parse_pairs(args.load_group, "--load-group", "adversary=runs/<run_name>")
-    if "gnn" in (args.actor_model, args.critic_model) and not 1 <= args.gnn_layers <= len(args.hidden_sizes):
-        raise ConfigError(f"--gnn-layers must be between 1 and {len(args.hidden_sizes)} (the number of --hidden-sizes "
-                          f"layers; the first --gnn-layers of them pass messages), got {args.gnn_layers}")
-    if args.gnn_topology == "from_pos" and args.gnn_edge_radius <= 0:
-        raise ConfigError(f"--gnn-edge-radius must be positive, got {args.gnn_edge_radius}")
+    check_group_args(args)  # --share-params, --load-group (common/groups.py)
+    check_gnn_args(args, args.critic_model)  # --gnn-* (common/gnn_args.py)
     if args.critic_model == "gnn" and args.critic_input != "state":
         raise ConfigError("--critic-input is for the MLP critic; the GNN critic's nodes are the agents' observations "
                           "(drop --critic-input or use --critic-model mlp)")
@@ -170,32 +137,9 @@ def validate(args: Args) -> None:
     if args.share_critic and args.critic_model == "gnn" and args.share_params != "all":
         raise ConfigError("--share-critic builds one MLP critic with an agent-id one-hot; with --critic-model gnn use "
                           "--share-params all (one GNN critic for every agent) or drop --share-critic")
-    if "gnn" in (args.actor_model, args.critic_model) and args.share_params == "group":
-        raise ConfigError("--share-params group is not available with GNN models yet; use all (one GNN for every "
-                          "agent) or none (one GNN per agent)")
 
 
 # ============================================================================ 2. NETWORKS
-def graph_net(args: Args, env, out_dim: int, out_gain: float, pool: str = "none") -> GraphNet:
-    """A GNN body on the agents' observations (nets/gnn.py). Each agent's own position and velocity
-    (the "from_pos" graph, edge features) come from --gnn-pos-slice / --gnn-vel-slice or, by
-    default, from where the env reports them; they must lie inside every agent's observation."""
-    known = agent_feature_slices(args.env)
-    pos, vel = args.gnn_pos_slice or known.get("pos"), args.gnn_vel_slice or known.get("vel")
-    if args.gnn_topology == "from_pos" and pos is None:
-        raise ConfigError(f"--gnn-topology from_pos needs each agent's position, and {args.env} does not report where "
-                          "it is in the observation: give --gnn-pos-slice START END")
-    smallest = min(env.obs_dims)
-    for flag, span in (("--gnn-pos-slice", pos), ("--gnn-vel-slice", vel)):
-        if span is not None and not (len(span) == 2 and 0 <= span[0] < span[1] <= smallest):
-            raise ConfigError(f"{flag} {' '.join(map(str, span))} is not inside the observation: need "
-                              f"0 <= START < END <= {smallest} (the smallest agent observation of {args.env})")
-    shared = args.share_params == "all"
-    return GraphNet(env.obs_dim, out_dim, env.n_agents, shared, args.hidden_sizes, args.gnn_layers,
-                    args.gnn_topology, args.gnn_edge_radius, args.gnn_self_loops, pos, vel, args.gnn_edge_features,
-                    args.recurrent, out_gain, args.activation, pool)
-
-
 def build_networks(args: Args, env, device):
     """Decentralised actor on local obs; centralised critic on the global state (one of each per
     agent, per group or for all, as --share-params says; --share-critic makes the critic one for all

@@ -77,6 +77,30 @@ def check_share_params(share_params) -> None:
                           "(the old true is all, false is none)")
 
 
+@dataclass
+class GroupArgs:
+    """The team options of an algorithm file's `Args` (its `share_params` stays in the file, next to
+    the networks it shapes); `check_group_args` checks them before anything starts."""
+
+    agent_groups: Tuple[str, ...] = ()
+    """NAME=GROUP pairs putting an agent or a whole prefix group in a group; by default an agent's group is its name
+    without the _<index> suffix (adversary_0 -> adversary, agent_0 -> agent)"""
+    train_groups: Tuple[str, ...] = ()
+    """groups that learn (default: every group); the others act with fixed weights (needs --share-params group or
+    none)"""
+    load_group: Tuple[str, ...] = ()
+    """GROUP=CHECKPOINT pairs: start GROUP's actor (and, from a run of this algorithm, its critic, unless one critic
+    serves every group: MAPPO's --share-critic) from another run's checkpoint or run folder, e.g. a trained opponent
+    kept fixed with --train-groups"""
+
+
+def check_group_args(args) -> None:
+    """--share-params (a field of the file's own Args) and the form of --load-group, before anything
+    starts; names are checked against the env's agents later, by `make_teams`."""
+    check_share_params(args.share_params)
+    parse_pairs(args.load_group, "--load-group", "adversary=runs/<run_name>")
+
+
 def parameter_sets(share_params: str, group_of_agent: Sequence[int]) -> Optional[List[int]]:
     """The `param_groups` argument of nets' actors and critics for `--share-params`: None for
     `all` and `none` (the networks' own shared / per-agent layouts), the group of every agent

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from algos import ippo, mappo
+from common import gnn_args
 from common.cli import ConfigError
+from common.groups import GroupArgs
 from envs import MPE_AGENT_FEATURES, TORCH_SCENARIOS, agent_feature_slices, make_env
 from nets import MLP, GraphNet, MessagePassing, adjacency, edge_features
 from tests.test_algos import check_summary
@@ -315,15 +317,9 @@ def test_gnn_checkpoint_resume_and_evaluate(tiny):
     assert result["eval_episodes"] == 2 and math.isfinite(result["eval_return_mean"])
 
 
-def test_graph_net_copies_agree(tiny):
-    """mappo.graph_net and ippo.graph_net are copies: the same args build the same network."""
-    env = make_env("torch:simple_spread", 2, seed=0)
-    obs = torch.as_tensor(env.reset()[0])[None]  # (1, E, N, obs_dim)
-    outs = []
+def test_mappo_and_ippo_share_the_gnn_options_and_builder():
+    """The GNN options, their checks and graph_net are written once (common/gnn_args.py), as are the
+    team options (common/groups.py): both files' Args subclass them and both build GNNs with one function."""
+    assert mappo.graph_net is ippo.graph_net is gnn_args.graph_net
     for module in (mappo, ippo):
-        args = tiny(module, gnn_topology="from_pos", gnn_self_loops=True, recurrent="gru", share_params="none",
-                    hidden_sizes=(8, 8), gnn_layers=2, env="torch:simple_spread")
-        torch.manual_seed(0)
-        net = module.graph_net(args, env, 5, 0.01)
-        outs.append(net(obs, net.initial_state(2), torch.ones(1, 2, 3))[0])
-    torch.testing.assert_close(outs[0], outs[1])
+        assert issubclass(module.Args, gnn_args.GNNArgs) and issubclass(module.Args, GroupArgs)

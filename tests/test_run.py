@@ -119,7 +119,7 @@ def test_unknown_sweep_key_env_and_env_argument_fail(tmp_path, capsys):
             tmp_path=tmp_path)
     refused(capsys, "cannot sweep 'seed'", "--algo", "mappo", "--sweep", "seed=1,2", tmp_path=tmp_path)
     refused(capsys, "simple_sprad", "--algo", "mappo", "--env", "simple_sprad", tmp_path=tmp_path)
-    refused(capsys, r"takes no argument\(s\) \['M'\]", "--algo", "mappo", extra=[*TINY, "--env-kwargs", "M=4"],
+    refused(capsys, r"does not take argument\(s\) \['M'\]", "--algo", "mappo", extra=[*TINY, "--env-kwargs", "M=4"],
             tmp_path=tmp_path)
     assert not os.listdir(tmp_path)
 
