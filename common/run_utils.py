@@ -454,7 +454,9 @@ class RunRecorder:
         self.training_over = False  # set by final_evaluation: a signal then no longer stops the run
         self.stop_signal: Optional[int] = None
         self._old_handlers = self._catch_signals()
-        say(self.banner() if not ckpt else f"resuming {run_path} from env step {global_step:,}")
+        say(self.banner() if not ckpt else f"resuming {run_path} from env step {global_step:,}" + (
+            f"; it has reached --total-timesteps {args.total_timesteps:,} already (a larger one trains it on)"
+            if global_step >= args.total_timesteps else ""))
 
     def banner(self) -> str:
         """Algorithm, env, seed, device, how many env steps the run takes, and where it writes."""
