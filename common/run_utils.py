@@ -415,7 +415,7 @@ class RunRecorder:
     - Ctrl-C (SIGINT) or SIGTERM: the iteration under way finishes, `checkpoint_due` turns
       true, `save_checkpoint` writes the checkpoint and summary.json ("status": "interrupted"),
       prints the --resume command and raises RunInterrupted (exit 130 / 143). A second signal
-      stops at once (KeyboardInterrupt), the last checkpoint kept.
+      stops at once (StopNow, a KeyboardInterrupt), the last checkpoint kept.
     - Divergence: `log_iteration` checks every loss statistic and the parameters of the modules
       in `watch`; a NaN or infinity writes summary.json ("status": "diverged") and raises
       RunDiverged naming the loss and the env step, before the checkpoint could be overwritten
