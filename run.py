@@ -55,8 +55,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from common.cli import (DEBUG_FLAG, ConfigError, RunInterrupted, RunStopped, did_you_mean, parse_args,
-                        report_errors)
+from common.cli import (DEBUG_FLAG, ConfigError, RunInterrupted, RunStopped, debugging, did_you_mean, parse_args,
+                        report_errors, where_raised)
 from common.results import (curves_on_grid, diverged_note, find_runs, latest_per_seed, markdown_table, mean_and_band,
                             read_run, read_summary, results_table, run_status, unfinished_note, write_tables)
 from common.run_utils import args_dict, safe_name, set_console_label, write_json_atomic
@@ -300,9 +300,8 @@ def run_task(task: Tuple[int, str, List[str], str]) -> Tuple[int, Optional[dict]
         _note_stop(signal.SIGINT)
         return index, {"status": "interrupted"}, "stopped at once, before it could save (its last checkpoint is kept)"
     except Exception as err:
-        frame = traceback.extract_tb(err.__traceback__)[-1]
-        where = f"{os.path.relpath(frame.filename)}:{frame.lineno} in {frame.name}"
-        return index, None, f"{type(err).__name__}: {' '.join(str(err).split())} (at {where})\n{traceback.format_exc()}"
+        return index, None, (f"{type(err).__name__}: {' '.join(str(err).split())} (at {where_raised(err)})\n"
+                             f"{traceback.format_exc()}")
     finally:
         IN_RUN = False
 
@@ -506,11 +505,6 @@ def parse_thresholds(specs: Sequence[str]) -> Callable[[Sequence[str]], Dict[str
         else:
             every = number
     return lambda envs: {env: per_env.get(env, every) for env in envs if per_env.get(env, every) is not None}
-
-
-def debugging(flag: bool = False) -> bool:
-    """Tracebacks wanted: --debug on run.py's command line, or MARL_DEBUG=1."""
-    return flag or os.environ.get("MARL_DEBUG", "") not in ("", "0")
 
 
 def outcome_line(job: Job, status: str, summary: Optional[dict], error: Optional[str]) -> str:

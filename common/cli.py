@@ -210,7 +210,8 @@ RANGES = {
         "eps_anneal_steps", "hidden_dim", "hypernet_hidden", "mixer_embed_dim", "mixer_hidden", "encoder_dim",
         "attention_heads")},
     **{name: _NOT_NEGATIVE for name in (
-        "eval_every", "checkpoint_every", "learning_starts", "lr_decay_steps", "push_every", "ent_coef", "vf_coef", "logit_reg",
+        "eval_every", "checkpoint_every", "learning_starts", "lr_decay_steps", "push_every", "ent_coef", "vf_coef",
+        "logit_reg",
         "exploration_noise", "policy_noise", "noise_clip", "cg_damping", "alpha")},
     **{name: (lambda v: 0 <= v < math.inf, "0 or more (0 keeps the weights fixed)") for name in (
         "learning_rate", "actor_learning_rate", "critic_learning_rate", "critic_lr", "q_learning_rate",
@@ -295,7 +296,8 @@ def make_args(cls: Type[T], **overrides) -> T:
     names = field_names(cls)
     unknown = [k for k in overrides if k not in names]
     if unknown:
-        raise ConfigError(f"unknown argument(s) {unknown}{did_you_mean(unknown[0], names)}; accepted: {', '.join(names)}")
+        raise ConfigError(f"unknown argument(s) {unknown}{did_you_mean(unknown[0], names)}; "
+                          f"accepted: {', '.join(names)}")
     base = _base(cls, overrides.get("config"), overrides.get("resume"))
     args = dataclasses.replace(cls(), **{**base, **overrides})
     check_args(args)
@@ -315,11 +317,16 @@ def usage_errors() -> tuple:
             PermissionError)
 
 
+def debugging(flag: bool = False) -> bool:
+    """Whether tracebacks are wanted: --debug on the command line (`flag`), or MARL_DEBUG=1."""
+    return flag or os.environ.get("MARL_DEBUG", "") not in ("", "0")
+
+
 def report_errors(fn: Callable[[], Any], debug: bool = False) -> Any:
     """Run `fn()`; turn what it raises into one message on stderr and an exit code, no traceback
     (unless `debug`, or MARL_DEBUG=1): usage errors exit 2, a stopped run (interrupted: 130/143,
     diverged: 1) prints what it saved, an unexpected error exits 1 naming where it happened."""
-    debug = debug or os.environ.get("MARL_DEBUG", "") not in ("", "0")
+    debug = debugging(debug)
     try:
         return fn()
     except SystemExit:
@@ -339,12 +346,12 @@ def report_errors(fn: Callable[[], Any], debug: bool = False) -> Any:
             text = f"{err.strerror}: {err.filename}" if isinstance(err, OSError) and err.filename else str(err)
             print(f"error: {text}", file=sys.stderr, flush=True)
             raise SystemExit(2 if isinstance(err, usage_errors()) else 1) from None
-        print(f"error: {type(err).__name__}: {err}\n  (unexpected, at {_where(err)}; run again with {DEBUG_FLAG} or "
+        print(f"error: {type(err).__name__}: {err}\n  (unexpected, at {where_raised(err)}; run again with {DEBUG_FLAG} or "
               "MARL_DEBUG=1 for the traceback)", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
 
 
-def _where(err: Exception) -> str:
+def where_raised(err: Exception) -> str:
     """'algos/mappo.py:412 in main': the deepest frame of the traceback inside this repository."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     frames = traceback.extract_tb(err.__traceback__)

@@ -580,11 +580,12 @@ class RunRecorder:
         bad = next((k for k, v in stats.items() if not math.isfinite(float(v)) and k not in UNDEFINED_OK), None)
         if bad is not None:
             raise self._diverged(global_step, f"losses/{bad} is {float(stats[bad])}")
-        for module in self.watch:
-            for name, p in module.named_parameters():
-                if not torch.isfinite(p).all():
-                    raise self._diverged(global_step, f"the parameter {type(module).__name__}.{name} holds NaN or "
-                                                      "infinite values")
+        params = [(module, name, p) for module in self.watch for name, p in module.named_parameters()]
+        # one device sync per iteration, not one per tensor; the culprit is looked for only when there is one
+        if params and not torch.stack([torch.isfinite(p).all() for _, _, p in params]).all():
+            module, name, _ = next(entry for entry in params if not torch.isfinite(entry[2]).all())
+            raise self._diverged(global_step, f"the parameter {type(module).__name__}.{name} holds NaN or "
+                                              "infinite values")
 
     def _diverged(self, global_step: int, what: str) -> RunDiverged:
         self._write_summary(global_step, self.last_stats, "diverged", {"diverged": what})
@@ -624,7 +625,8 @@ class RunRecorder:
         self._write_summary(global_step, self.last_stats, "interrupted", {"stopped_by": name})
         self._close()
         script = sys.argv[0] if sys.argv[0].endswith(".py") and "algos" in sys.argv[0] else f"algos/{self.algo}.py"
-        raise RunInterrupted(f"\nstopped by {name} at env step {global_step:,}: checkpoint saved in {self.checkpoint_path}"
+        raise RunInterrupted(f"\nstopped by {name} at env step {global_step:,}: checkpoint saved in "
+                             f"{self.checkpoint_path}"
                              f", summary.json says \"status\": \"interrupted\"\nresume with: python {script} --resume "
                              f"{self.run_path}", self.run_path, self.stop_signal)
 
@@ -632,7 +634,8 @@ class RunRecorder:
                        extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         returns = self.eval_returns
         summary = {"algo": self.algo, "env": self.args.env, "seed": self.args.seed, "status": status,
-                   "global_step": global_step, "wall_time_s": time.time() - self.start_time, "sps": self.sps(global_step),
+                   "global_step": global_step, "wall_time_s": time.time() - self.start_time,
+                   "sps": self.sps(global_step),
                    "eval_return_mean": float(returns.mean()), "eval_return_std": float(returns.std()),
                    "eval_episodes": int(len(returns)), "eval_policy": eval_policy(self.args),
                    "eval_history": self.eval_history, "run_dir": self.run_path,
