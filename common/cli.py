@@ -142,9 +142,19 @@ def did_you_mean(word: str, choices: Sequence[str]) -> str:
     return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
+# Values that older presets and checkpoints hold, as today's fields take them.
+RENAMED_VALUES = {"share_params": {True: "all", False: "none"}}
+
+
+def upgraded(name: str, value: Any) -> Any:
+    """An old value of field `name` as the field takes it now (`share_params: true` -> "all")."""
+    return RENAMED_VALUES[name][value] if name in RENAMED_VALUES and isinstance(value, bool) else value
+
+
 def checked_value(cls, name: str, value: Any, where: str) -> Any:
     """`value` for field `name` of `cls`, converted where YAML is loose (lists for tuples, '1e-3'
     for a float); a value of the wrong type is a ConfigError naming `where` and the type accepted."""
+    value = upgraded(name, value)
     try:
         return _as_type(value, typing.get_type_hints(cls)[name])
     except (TypeError, ValueError) as err:
@@ -267,7 +277,7 @@ def resumed_args(cls: Type[T], path: str) -> dict:
 def saved_args(cls: Type[T], saved: dict) -> dict:
     """A checkpoint's saved args (plain values, lists for tuples) as Args fields."""
     names = field_names(cls)
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in names}
+    return {k: tuple(v) if isinstance(v, list) else upgraded(k, v) for k, v in saved.items() if k in names}
 
 
 def _base(cls: Type[T], config: Optional[str], resume: Optional[str]) -> dict:

@@ -6,18 +6,26 @@ By default an agent's group is its name without the `_<index>` suffix (`adversar
 competitive mpe2 scenarios split into their two sides and the cooperative ones form one team.
 `--agent-groups NAME=GROUP ...` overrides this for single agents or whole prefix groups.
 
-Nothing here is RL maths: it names groups, checks the names a user gives, and copies a group's
-weights out of another run's checkpoint (`torch.load(..., weights_only=True)`).
+Nothing here is RL maths: it names groups, checks the names a user gives, copies a group's
+weights out of another run's checkpoint (`torch.load(..., weights_only=True)`), and lets a group
+act as another algorithm's run. What an algorithm file asks of it (docs/how-to.md shows it):
+
+    teams = policy_map(args, envs, "qmix", device)   # groups, who learns, loaded runs; bad names fail here
+    teams.load_weights({"agents": agents})           # --load-group from a run of this algorithm: copy weights
+    action = teams.override(action, obs, starts, mask)   # groups loaded from other algorithms act
+    loss = masked_mean(td_error**2, alive * teams.trained)   # fixed groups take no part in any loss
+    recorder.maybe_evaluate(eval_envs, teams.policy(agents), global_step, teams.members)
 """
+import importlib
 import re
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
-from common.cli import ConfigError
-from common.run_utils import load_checkpoint
+from common.cli import ConfigError, saved_args
+from common.run_utils import greedy_eval, load_checkpoint
 
 
 def prefix_group(agent: str) -> str:
@@ -79,24 +87,28 @@ def check_share_params(share_params) -> None:
 
 @dataclass
 class GroupArgs:
-    """The team options of an algorithm file's `Args` (its `share_params` stays in the file, next to
-    the networks it shapes); `check_group_args` checks them before anything starts."""
+    """The policy-mapping options every algorithm file's `Args` has; `check_group_args` checks their
+    form before anything starts, `policy_map` their names against the env's agents."""
 
+    share_params: Literal["all", "group", "none"] = "all"
+    """all: one network (of each kind) for every agent; group: one per group (--agent-groups), shared by its agents;
+    none: one per agent. A network serving several agents also reads an agent-id one-hot. On an env with one group,
+    group is the same as all"""
     agent_groups: Tuple[str, ...] = ()
     """NAME=GROUP pairs putting an agent or a whole prefix group in a group; by default an agent's group is its name
-    without the _<index> suffix (adversary_0 -> adversary, agent_0 -> agent)"""
+    without the _<index> suffix (adversary_0 -> adversary, agent_0 -> agent), so competitive envs split into sides"""
     train_groups: Tuple[str, ...] = ()
-    """groups that learn (default: every group); the others act with fixed weights (needs --share-params group or
-    none)"""
+    """groups that learn (default: every group not loaded from another algorithm's run); the others act with fixed
+    weights (with --share-params group or none)"""
     load_group: Tuple[str, ...] = ()
-    """GROUP=CHECKPOINT pairs: start GROUP's actor (and, from a run of this algorithm, its critic, unless one critic
-    serves every group: MAPPO's --share-critic) from another run's checkpoint or run folder, e.g. a trained opponent
-    kept fixed with --train-groups"""
+    """GROUP=RUN pairs (a run folder or its checkpoint.pt; the run must be on this env and these agents): from a run
+    of this algorithm GROUP's weights are copied and it may go on learning; from another algorithm's run GROUP acts as
+    that run's policy (greedy, or as that run evaluates), built by that algorithm's own code, and stays fixed"""
 
 
 def check_group_args(args) -> None:
-    """--share-params (a field of the file's own Args) and the form of --load-group, before anything
-    starts; names are checked against the env's agents later, by `make_teams`."""
+    """--share-params and the form of --load-group, before anything starts; names are checked
+    against the env's agents later, by `policy_map`."""
     check_share_params(args.share_params)
     parse_pairs(args.load_group, "--load-group", "adversary=runs/<run_name>")
 
@@ -109,15 +121,49 @@ def parameter_sets(share_params: str, group_of_agent: Sequence[int]) -> Optional
     return list(group_of_agent) if share_params == "group" else None
 
 
+def param_layout(args, env) -> Union[bool, List[int]]:
+    """What nets' `share_params` takes for `--share-params`: True (all), False (none), or every
+    agent's group index (group: the agents of a group share one set)."""
+    check_share_params(args.share_params)
+    if args.share_params == "group":
+        return assign_groups(agent_names(env), args.agent_groups)[1]
+    return args.share_params == "all"
+
+
+def agent_rows(module: nn.Module) -> Dict[str, Optional[torch.Tensor]]:
+    """For every parameter of `module`: the row of its first axis that agent n uses, (N,), or None
+    where one tensor serves every agent (shared weights, a mixer). Modules of `nets` that hold
+    per-agent sets say it themselves (`agent_rows()`); anything else is searched for them."""
+    if hasattr(module, "agent_rows"):
+        return module.agent_rows()
+    rows = {name: None for name, _ in module.named_parameters(recurse=False)}
+    for prefix, child in module.named_children():
+        rows.update({f"{prefix}.{k}": v for k, v in agent_rows(child).items()})
+    return rows
+
+
+def check_share_all(share_params: str, fixed: bool, copied: bool) -> None:
+    """Fixed groups and copied weights need each group's weights apart from the others'."""
+    if share_params == "all" and (fixed or copied):
+        raise ConfigError("--train-groups (some groups fixed) and --load-group from a run of this algorithm need each "
+                          "group to have its own weights: add --share-params group (or none)")
+
+
 @dataclass
 class Teams:
-    """The groups of one run, worked out once from the env's agents and the group flags."""
+    """The groups of one run, worked out once from the env's agents and the group flags.
+
+    Built by `policy_map` (with tensors on the run's device and the loaded runs) or, names only,
+    by `make_teams`."""
 
     agents: List[str]  # agent names, in agent-axis order
     names: List[str]  # group names, in order of first appearance
     group_of_agent: List[int]  # (N,) index into names
-    trained: List[bool]  # (N,) the agent's group learns (--train-groups)
+    trained_list: List[bool]  # (N,) the agent's group learns (--train-groups)
     load: Dict[str, str]  # group -> checkpoint to start it from (--load-group)
+    device: Optional[torch.device] = None
+    foreign: Dict[str, "LoadedPolicy"] = field(default_factory=dict)  # groups acting as another algorithm's run
+    _states: Dict[str, object] = field(default_factory=dict)  # their recurrent states in the rollout
 
     @property
     def members(self) -> Dict[str, List[int]]:
@@ -129,36 +175,231 @@ class Teams:
         """Every agent's group name, as checkpoints record it."""
         return [self.names[i] for i in self.group_of_agent]
 
+    @property
+    def trained(self) -> torch.Tensor:
+        """(N,) 1.0 where the agent's group learns: multiply a loss mask by it and fixed groups'
+        weights get no gradient (and, in separate parameter sets, stay exactly as they were)."""
+        return torch.as_tensor(self.trained_list, dtype=torch.float32, device=self.device)
+
+    @property
+    def onehot(self) -> torch.Tensor:
+        """(N, G) agent n's row is the one-hot of its group."""
+        return nn.functional.one_hot(torch.as_tensor(self.group_of_agent), len(self.names)).float().to(self.device)
+
+    @property
+    def learning(self) -> List[List[int]]:
+        """The agents of every group that learns, one list per group: each gets its own mixer or
+        joint critic and its own team reward in value decomposition and COMA."""
+        return [m for g, m in self.members.items() if self.trained_list[m[0]]]
+
+    def team_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
+        """(..., N) -> (..., K): the reward summed over each learning group's agents (its team
+        reward). One group of every agent is the plain sum, as cooperative runs always had it."""
+        teams = self.learning
+        if len(teams) == 1 and len(teams[0]) == rewards.shape[-1]:
+            return rewards.sum(-1, keepdim=True)
+        return torch.stack([rewards[..., m].sum(-1) for m in teams], dim=-1)
+
+    def payload(self, **nets: nn.Module) -> dict:
+        """The checkpoint entries that let `--load-group` take one group out of this run: the
+        agents, their groups and, for each network saved under that key, its per-agent rows."""
+        return {"agents": self.agents, "agent_groups": self.agent_groups,
+                "agent_rows": {key: agent_rows(net) for key, net in nets.items()}}
+
+    def load_weights(self, nets: Dict[str, nn.Module], value_norm: Optional[nn.Module] = None) -> None:
+        """Copy the groups loaded from runs of this algorithm into `nets` ({checkpoint key: module});
+        call it after building the networks and before copying them into target networks."""
+        for group, path in self.load.items():
+            if group not in self.foreign:
+                load_group(path, group, self.agents, self.names, self.group_of_agent, nets, value_norm)
+
+    @torch.no_grad()
+    def override(self, action: torch.Tensor, obs: torch.Tensor, starts: torch.Tensor,
+                 mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The rollout's actions (E, N) or (E, N, D) with the agents of groups loaded from another
+        algorithm's run acting as that run does (one-hot where the file acts in one-hots, as the
+        DDPG family does with discrete actions). The file's own choice for them is discarded."""
+        for group, policy in self.foreign.items():
+            state = self._states.get(group)
+            if state is None or getattr(state[0], "shape", (None,))[0] != obs.shape[0]:
+                state = policy.net.initial_state(obs.shape[0], obs.device)
+            theirs, self._states[group] = policy.act(obs, state, starts, mask)
+            if action.dim() > theirs.dim():  # discrete actions as one-hots
+                theirs = nn.functional.one_hot(theirs.long(), action.shape[-1]).to(action.dtype)
+            action = torch.where(policy.rows(action), theirs.to(action.dtype), action)
+        return action
+
+    def policy(self, actor: nn.Module) -> nn.Module:
+        """What evaluation runs: `actor` for the file's own groups and, where groups come from
+        another algorithm's run, that run's policy for them (`actor` itself when none does)."""
+        return TeamPolicy(actor, list(self.foreign.values())) if self.foreign else actor
+
 
 def make_teams(agents: Sequence[str], share_params: str, agent_groups: Sequence[str] = (),
                train_groups: Sequence[str] = (), load_groups: Sequence[str] = ()) -> Teams:
     """Check `--share-params`, `--agent-groups`, `--train-groups` and `--load-group` against the
-    env's agents; a name that matches nothing fails with the groups and agents there are."""
+    env's agents, names only (every load taken as a copy); a name that matches nothing fails with
+    the groups and agents there are."""
     check_share_params(share_params)
     names, group_of_agent = assign_groups(agents, agent_groups)
     trained_ids = select_groups(train_groups, "--train-groups", names, agents, group_of_agent) if train_groups \
         else list(range(len(names)))
     load = parse_pairs(load_groups, "--load-group", "adversary=runs/<run_name>")
     select_groups(list(load), "--load-group", names, agents, group_of_agent)
-    if share_params == "all" and (len(trained_ids) < len(names) or load):
-        raise ConfigError("--train-groups (some groups fixed) and --load-group need each group to have its own "
-                          "weights: add --share-params group (or none)")
+    check_share_all(share_params, len(trained_ids) < len(names), bool(load))
+    return Teams(list(agents), names, group_of_agent, [g in trained_ids for g in group_of_agent], load)
+
+
+def policy_map(args, envs, algo: str, device: Optional[torch.device] = None) -> Teams:
+    """The run's groups from `args` (`GroupArgs`) and the env's agents: which learn, which start
+    from another run. Every name is checked and every loaded run opened here, before a run folder
+    is written: a run on other agents, or whose algorithm cannot act in this env, fails at once."""
+    agents = agent_names(envs)
+    check_share_params(args.share_params)
+    names, group_of_agent = assign_groups(agents, args.agent_groups)
+    load = parse_pairs(args.load_group, "--load-group", "adversary=runs/<run_name>")
+    select_groups(list(load), "--load-group", names, agents, group_of_agent)
+    foreign = {}
+    for group, path in load.items():
+        ckpt = loaded_run(path, group, args.env, agents, names, group_of_agent)
+        if ckpt["algo"] != algo:
+            foreign[group] = LoadedPolicy(group, path, ckpt, envs, group_of_agent, names, device)
+    if args.train_groups:
+        trained_ids = select_groups(args.train_groups, "--train-groups", names, agents, group_of_agent)
+        acting = [names[g] for g in trained_ids if names[g] in foreign]
+        if acting:
+            raise ConfigError(f"--train-groups names {acting}, loaded from a {foreign[acting[0]].algo} run: a group that "
+                              f"acts as another algorithm's run stays fixed ({algo} cannot train that run's network); "
+                              f"leave it out of --train-groups, or load it from a {algo} run")
+    else:
+        trained_ids = [g for g, name in enumerate(names) if name not in foreign]
+    if not trained_ids:
+        raise ConfigError(f"no group learns: every group ({', '.join(names)}) is loaded from another algorithm's run; "
+                          "load fewer of them")
+    fixed_own = any(g not in trained_ids and names[g] not in foreign for g in range(len(names)))
+    check_share_all(args.share_params, fixed_own, len(load) > len(foreign))
     trained = [g in trained_ids for g in group_of_agent]
-    return Teams(list(agents), names, group_of_agent, trained, load)
+    return Teams(list(agents), names, group_of_agent, trained, load, device, foreign)
+
+
+def loaded_run(path: str, group: str, env: str, agents: Sequence[str], groups: Sequence[str],
+               group_of_agent: Sequence[int]) -> dict:
+    """The checkpoint of `--load-group group=path`, checked: a run of this project on this env
+    (a `torch:` port and its mpe2 original count as one) with the same agents and a group of
+    that name holding the same agents."""
+    ckpt = load_checkpoint(path)
+    flag = f"--load-group {group}={path}"
+    if "agents" not in ckpt or "agent_groups" not in ckpt:
+        raise ConfigError(f"{flag}: the checkpoint records no agents or groups (written before groups existed "
+                          f"in algos/{ckpt.get('algo', '?')}.py); train that run again")
+    their_env = str(ckpt["args"].get("env", "?"))
+    if their_env.removeprefix("torch:") != env.removeprefix("torch:"):
+        raise ConfigError(f"{flag}: that run played {their_env}, this one plays {env}")
+    src_agents, src_groups = list(ckpt["agents"]), list(ckpt["agent_groups"])
+    if src_agents != list(agents):
+        only_there = [a for a in src_agents if a not in agents]
+        only_here = [a for a in agents if a not in src_agents]
+        raise ConfigError(f"{flag}: the agents differ: only in that run {only_there or 'none'}, only here "
+                          f"{only_here or 'none (same names, other order)'} (check --env-kwargs)")
+    members = [a for a, g in zip(agents, group_of_agent) if groups[g] == group]
+    src_members = [a for a, g in zip(src_agents, src_groups) if g == group]
+    if sorted(members) != sorted(src_members):
+        raise ConfigError(f"{flag}: the group is {members} here but {src_members or 'absent'} in that run (its "
+                          f"groups: {', '.join(dict.fromkeys(src_groups))}); match them with --agent-groups")
+    return ckpt
+
+
+class LoadedPolicy:
+    """A group acting as another algorithm's run: that algorithm's own acting network
+    (`acting_policy` of algos/<algo>.py), built from the run's saved args on this env and loaded
+    from its checkpoint, acting as that run's evaluation does (greedy unless it sampled)."""
+
+    def __init__(self, group: str, path: str, ckpt: dict, envs, group_of_agent: Sequence[int],
+                 names: Sequence[str], device):
+        self.algo = ckpt["algo"]
+        try:
+            module = importlib.import_module(f"algos.{self.algo}")
+        except ImportError:
+            raise ConfigError(f"--load-group {group}={path}: the run is by {self.algo!r}, which no file in algos/ "
+                              "implements") from None
+        saved = module.Args(**saved_args(module.Args, ckpt["args"]))
+        try:
+            self.net = module.acting_policy(saved, envs, ckpt, device or torch.device("cpu"))
+        except (ConfigError, RuntimeError, ValueError, TypeError, KeyError) as err:
+            raise ConfigError(f"--load-group {group}={path}: that {self.algo} run cannot act in this env as it is "
+                              f"here ({str(err).splitlines()[0][:300]}); load a run trained on the same env, with the "
+                              "same --env-kwargs") from None
+        self.net.requires_grad_(False)
+        self.greedy = greedy_eval(saved)
+        self.agent_mask = torch.as_tensor([names[g] == group for g in group_of_agent], device=device)  # (N,)
+
+    def rows(self, action: torch.Tensor) -> torch.Tensor:
+        """The group's agents as a mask broadcastable to `action` (E, N[, ...])."""
+        return self.agent_mask.view(-1, *([1] * (action.dim() - 2)))
+
+    def act(self, obs, state, starts, mask=None):
+        """obs (E, N, ...), starts (E, N) -> (actions (E, N[, d]) in the env's format, new state)."""
+        dist, state = self.net(obs[None], state, starts[None], None if mask is None else mask[None])
+        action = dist.mode() if self.greedy else dist.sample()
+        if hasattr(self.net, "remember"):  # networks that see their previous action (nets.QPolicy)
+            state = self.net.remember(state, action[0])
+        return action[0], state
+
+
+class TeamPolicy(nn.Module):
+    """The `nets.Actor` interface over a file's own actor and the groups acting as other runs,
+    for evaluation: `forward` returns a distribution whose `mode()` and `sample()` give the
+    actor's actions with those groups' agents' replaced by their runs' choices."""
+
+    def __init__(self, actor: nn.Module, foreign: Sequence[LoadedPolicy]):
+        super().__init__()
+        self.actor, self.foreign = actor, list(foreign)
+
+    def initial_state(self, batch: int, device=None):
+        return self.actor.initial_state(batch, device), [p.net.initial_state(batch, device) for p in self.foreign]
+
+    def forward(self, obs, state=None, starts=None, action_mask=None):
+        own, theirs = state if state is not None else (None, [None] * len(self.foreign))
+        dist, own = self.actor(obs, own, starts, action_mask)
+        acted = [p.act(obs[0], s, starts[0], None if action_mask is None else action_mask[0])
+                 for p, s in zip(self.foreign, theirs)]
+        return _Merged(dist, self.foreign, [a for a, _ in acted]), (own, [s for _, s in acted])
+
+    def remember(self, state, action):
+        own, theirs = state
+        return (self.actor.remember(own, action) if hasattr(self.actor, "remember") else own), theirs
+
+
+class _Merged:
+    """The own actor's distribution with some agents' actions fixed by loaded runs."""
+
+    def __init__(self, dist, foreign: Sequence[LoadedPolicy], actions: Sequence[torch.Tensor]):
+        self.dist, self.foreign, self.actions = dist, foreign, actions
+
+    def _merge(self, action: torch.Tensor) -> torch.Tensor:  # action (1, E, N[, d])
+        for policy, theirs in zip(self.foreign, self.actions):
+            action = torch.where(policy.rows(action[0]), theirs.to(action.dtype), action[0])[None]
+        return action
+
+    def mode(self) -> torch.Tensor:
+        return self._merge(self.dist.mode())
+
+    def sample(self) -> torch.Tensor:
+        return self._merge(self.dist.sample())
 
 
 @torch.no_grad()
-def load_group(path: str, group: str, algo: str, agents: Sequence[str], groups: Sequence[str],
-               group_of_agent: Sequence[int], nets: Dict[str, nn.Module],
-               value_norm: Optional[nn.Module] = None) -> List[str]:
-    """Copy group `group`'s weights from the checkpoint at `path` into `nets` (e.g. {"actor":
-    actor, "critic": critic}, the checkpoint's keys); return the keys copied.
+def load_group(path: str, group: str, agents: Sequence[str], groups: Sequence[str], group_of_agent: Sequence[int],
+               nets: Dict[str, nn.Module], value_norm: Optional[nn.Module] = None) -> List[str]:
+    """Copy group `group`'s weights from the checkpoint at `path` (a run of the same algorithm)
+    into `nets` ({checkpoint key: module}, e.g. {"actor": actor, "critic": critic}); return the
+    keys copied.
 
     The checkpoint must come from a run on the same agents with a group of that name (its
     `agents` and `agent_groups` entries) and networks of the same sizes. Rows are matched per
-    agent through both runs' `agent_rows()`, so the group may sit at another index there; the
-    actor always loads, the critic and value statistics only from a run of the same algorithm
-    (another algorithm's critic sees other inputs).
+    agent through both runs' per-agent rows (`agent_rows`), so the group may sit at another
+    index there; parameters that serve every agent (a mixer, a shared critic) cannot be split
+    and are refused, except in modules whose key is absent from `nets`.
     """
     ckpt = load_checkpoint(path)
     if "agent_groups" not in ckpt:
@@ -170,11 +411,10 @@ def load_group(path: str, group: str, algo: str, agents: Sequence[str], groups: 
     if sorted(members) != sorted(src_members):
         raise ConfigError(f"--load-group {group}={path}: the group is {members} here but {src_members or 'absent'} "
                           f"in that run (its groups: {', '.join(dict.fromkeys(src_groups))})")
-    keys = [k for k in nets if k == "actor" or ckpt["algo"] == algo]
-    for key in keys:
-        net, state, src_rows = nets[key], ckpt[key], ckpt["agent_rows"][key]
+    for key, net in nets.items():
+        state, src_rows, here = ckpt[key], ckpt["agent_rows"][key], agent_rows(net)
         for name, param in net.named_parameters():
-            rows, rows_src = net.agent_rows()[name], src_rows.get(name)
+            rows, rows_src = here[name], src_rows.get(name)
             if rows is None or rows_src is None:
                 raise ConfigError(f"--load-group {group}={path}: {key} parameter {name} is shared by every agent "
                                   f"{'here' if rows is None else 'in that run'} (--share-params all, or MAPPO's "
@@ -193,7 +433,8 @@ def load_group(path: str, group: str, algo: str, agents: Sequence[str], groups: 
                     raise ConfigError(f"--load-group {group}={path}: that run gave the group's agents different "
                                       "weights, which share one set here (use --share-params none)")
                 param[row] = src[row_src].to(param.device)
-    if value_norm is not None and ckpt["algo"] == algo and getattr(value_norm, "group_onehot", None) is not None:
+    keys = list(nets)
+    if value_norm is not None and getattr(value_norm, "group_onehot", None) is not None and "value_norm" in ckpt:
         src_index = list(dict.fromkeys(src_groups)).index(group)
         for name, buf in value_norm.named_buffers():
             if name in ckpt["value_norm"]:

@@ -707,3 +707,11 @@ def report_greedy_evaluation(args, saved, env, policy, device: torch.device) -> 
           f"std {returns.std():.2f}, min {returns.min():.2f}, max {returns.max():.2f}")
     env.close()
     return {"eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns))}
+
+
+def evaluate_checkpoint(args, algo: str, args_cls, acting_policy) -> Dict[str, Any]:
+    """`--evaluate-checkpoint`: the run's acting network, from the file's own
+    `acting_policy(saved_args, env, ckpt, device)` (the function `--load-group` also builds another
+    algorithm's run with), plays `--eval-episodes` episodes; prints and returns the returns."""
+    ckpt, saved, env, device = checkpoint_for_evaluation(args, algo, args_cls)
+    return report_greedy_evaluation(args, saved, env, acting_policy(saved, env, ckpt, device), device)

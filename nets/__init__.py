@@ -5,13 +5,13 @@ from nets.layers import MLP, AgentLinear, make_linear
 from nets.policy import (Actor, AgentNet, Critic, GreedyQ, MaskedCategorical, MaskedGaussian, QPolicy, ValueNorm,
                          explained_variance, forward_agent)
 from nets.policy import DeterministicActor, SquashedGaussianActor
-from nets.mixers import NonMonotonicMixer, QMixer, QPLEXMixer, VDNMixer
+from nets.mixers import NonMonotonicMixer, PerGroup, QMixer, QPLEXMixer, VDNMixer
 from nets.recurrent import RecurrentCore
 from nets.gnn import GraphNet, MessagePassing, adjacency, edge_features
 
 __all__ = ["MLP", "AgentLinear", "make_linear", "RecurrentCore", "AgentNet", "Actor", "Critic",
            "ValueNorm", "MaskedCategorical", "MaskedGaussian", "explained_variance", "VDNMixer", "QMixer",
-           "QPLEXMixer", "QPolicy", "GreedyQ", "DeterministicActor", "SquashedGaussianActor", "NonMonotonicMixer",
+           "QPLEXMixer", "QPolicy", "GreedyQ", "DeterministicActor", "SquashedGaussianActor", "NonMonotonicMixer", "PerGroup",
            "GraphNet", "MessagePassing", "adjacency", "edge_features",
            "encoder_for", "CNNEncoder", "FlatEncoder", "MultiEncoder", "forward_agent"]
 from nets.shared import (EncodedPolicy, check_policy_output, gradients_reach, same_parameters, shared_between,

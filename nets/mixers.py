@@ -123,3 +123,27 @@ class NonMonotonicMixer(QMixer):
         w2 = self.hyper_w2(state).view(B, self.embed_dim, 1)  # (B, embed, 1), any sign
         b2 = self.hyper_b2(state).view(B, 1, 1)
         return (torch.bmm(hidden, w2) + b2).view(lead)
+
+
+class PerGroup(nn.Module):
+    """One mixer per team: team k's mixer mixes only its own agents' utilities (its members
+    `members[k]`), so two sides of a competitive env each get their own Q_tot (or V_tot) and
+    neither side's value is mixed with its rival's.
+
+    forward(qs (..., N), state (..., S), *more) -> (..., K), one team value per mixer. Tensors in
+    `more` shaped like qs (QPLEX's max_qs) are cut on their last axis, those with one more axis
+    (one-hot actions (..., N, A)) on their second-last. One team of every agent gives the same
+    numbers as its mixer alone, with a trailing axis of 1.
+    """
+
+    def __init__(self, mixers, members):
+        super().__init__()
+        self.mixers = nn.ModuleList(mixers)
+        self.members = [list(m) for m in members]
+
+    def forward(self, qs: torch.Tensor, state: torch.Tensor, *more: torch.Tensor) -> torch.Tensor:
+        out = []
+        for mixer, m in zip(self.mixers, self.members):
+            cut = [x[..., m] if x.dim() == qs.dim() else x[..., m, :] for x in more]
+            out.append(mixer(qs[..., m], state, *cut))
+        return torch.stack(out, dim=-1)

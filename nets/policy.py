@@ -14,6 +14,10 @@ from nets.encoders import encoder_for
 from nets.layers import MLP, make_linear
 from nets.recurrent import RecurrentCore, State
 
+# Parameter layout of a network over N agents: True (one set for all), False (one per agent), or
+# the set of every agent (agents of a group share one); `common.groups.param_layout` picks it.
+Sharing = Union[bool, Sequence[int]]
+
 
 class AgentNet(nn.Module):
     """Per-agent network: encoder -> [extra inputs, agent-id one-hot] -> MLP -> [GRU/LSTM] -> linear head.
@@ -25,7 +29,8 @@ class AgentNet(nn.Module):
     share_params=True: one set of weights for all agents; an agent-id one-hot is appended to
     the input so that identical observations can still lead to agent-specific outputs (the
     parameter-sharing pitfall: without it, agents in symmetric positions cannot specialise).
-    share_params=False: separate weights per agent, run as one batched matmul.
+    share_params=False: separate weights per agent, run as one batched matmul. A list of ints
+    is the same as passing it as param_groups (what `common.groups.param_layout` gives).
     param_groups (overrides share_params): agent n uses parameter set param_groups[n], sets
     numbered 0..G-1: agents of one group (a team) share weights, groups have their own, and
     all of them still run in one batched matmul. The one-hot is appended whenever a set
@@ -36,10 +41,12 @@ class AgentNet(nn.Module):
     """
 
     def __init__(self, in_dim: Union[int, Sequence[int], Sequence[Sequence[int]]], out_dim: int, n_agents: int,
-                 share_params: bool = True, hidden_sizes: Sequence[int] = (64, 64), recurrent: str = "none",
+                 share_params: Sharing = True, hidden_sizes: Sequence[int] = (64, 64), recurrent: str = "none",
                  out_gain: float = 1.0, activation: str = "tanh", param_groups: Optional[Sequence[int]] = None,
                  extra_dim: int = 0):
         super().__init__()
+        if not isinstance(share_params, bool):  # a list: every agent's parameter set (common.groups.param_layout)
+            share_params, param_groups = False, list(share_params)
         if param_groups is None:
             param_groups = [0] * n_agents if share_params else list(range(n_agents))
             shared = share_params
@@ -155,7 +162,7 @@ class Actor(nn.Module):
     """
 
     def __init__(self, obs_dim: Union[int, Sequence[int]], n_agents: int, discrete: bool, action_size: int,
-                 action_dim_mask: torch.Tensor, share_params: bool = True, hidden_sizes=(64, 64),
+                 action_dim_mask: torch.Tensor, share_params: Sharing = True, hidden_sizes=(64, 64),
                  recurrent: str = "none", activation: str = "tanh", init_log_std: float = -0.5,
                  param_groups: Optional[Sequence[int]] = None, net: Optional[nn.Module] = None):
         super().__init__()
@@ -198,7 +205,7 @@ class Critic(nn.Module):
     """
 
     def __init__(self, in_dim: Union[int, Sequence[int], Sequence[Sequence[int]]], n_agents: int,
-                 share_params: bool = True, hidden_sizes=(64, 64), recurrent: str = "none", activation: str = "tanh",
+                 share_params: Sharing = True, hidden_sizes=(64, 64), recurrent: str = "none", activation: str = "tanh",
                  param_groups: Optional[Sequence[int]] = None, net: Optional[nn.Module] = None):
         super().__init__()
         self.net = net if net is not None else AgentNet(in_dim, 1, n_agents, share_params, hidden_sizes, recurrent,
@@ -276,7 +283,7 @@ class DeterministicActor(nn.Module):
     """
 
     def __init__(self, obs_dim: Union[int, Sequence[int]], n_agents: int, discrete: bool, action_size: int,
-                 action_dim_mask: torch.Tensor, share_params: bool = True, hidden_sizes=(64, 64),
+                 action_dim_mask: torch.Tensor, share_params: Sharing = True, hidden_sizes=(64, 64),
                  activation: str = "relu"):
         super().__init__()
         self.discrete = discrete
@@ -332,7 +339,7 @@ class SquashedGaussianActor(nn.Module):
     """
 
     def __init__(self, obs_dim: Union[int, Sequence[int]], n_agents: int, action_dim: int,
-                 action_dim_mask: torch.Tensor, share_params: bool = True, hidden_sizes=(64, 64), activation: str = "relu"):
+                 action_dim_mask: torch.Tensor, share_params: Sharing = True, hidden_sizes=(64, 64), activation: str = "relu"):
         super().__init__()
         self.net = AgentNet(obs_dim, 2 * action_dim, n_agents, share_params, hidden_sizes, "none", out_gain=0.01,
                             activation=activation)
@@ -378,7 +385,7 @@ class QPolicy(nn.Module):
         and is written there by `remember(state, action)` once the action is chosen.
     """
 
-    def __init__(self, obs_dim: Union[int, Sequence[int]], n_actions: int, n_agents: int, share_params: bool = True,
+    def __init__(self, obs_dim: Union[int, Sequence[int]], n_actions: int, n_agents: int, share_params: Sharing = True,
                  hidden_dim: int = 64, recurrent: str = "gru", last_action_input: bool = False):
         super().__init__()
         self.n_actions, self.n_agents, self.last_action_input = n_actions, n_agents, last_action_input
