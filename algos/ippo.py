@@ -16,9 +16,8 @@ import torch
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
 from common.gnn_args import GNNArgs, check_gnn_args, graph_net
-from common.groups import (GroupArgs, agent_names, assign_groups, check_group_args, load_group,
-                           make_teams, parameter_sets)
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device,
                               resume_envs, rng_state, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, ValueNorm, explained_variance
@@ -72,9 +71,6 @@ class Args(GroupArgs, GNNArgs, RunArgs):  # bases last to first: --help lists Ru
     """global gradient-norm clip"""
     value_norm: bool = True
     """normalise value targets with running statistics (MAPPO's ValueNorm)"""
-    share_params: Literal["all", "group", "none"] = "all"
-    """all: one actor and one critic for every agent; group: one pair per group (--agent-groups), shared by its
-    agents; none: one pair per agent. A network serving several agents gets an agent-id one-hot"""
     recurrent: Literal["none", "gru", "lstm"] = "none"
     """recurrent core in actor and critic"""
     chunk_len: int = 25
@@ -86,8 +82,8 @@ class Args(GroupArgs, GNNArgs, RunArgs):  # bases last to first: --help lists Ru
     critic_model: Literal["mlp", "gnn"] = "mlp"
     """critic body: "mlp", or "gnn", a graph over the agents with each agent's observation as its node (it then
     hears its neighbours: no longer independent)"""
-    # --- also --actor-model and --gnn-* (common.gnn_args.GNNArgs), and the teams: --agent-groups, --train-groups,
-    # --load-group (common.groups.GroupArgs)
+    # --- also --actor-model and --gnn-* (common.gnn_args.GNNArgs), and the policy mapping: --share-params,
+    # --agent-groups, --train-groups, --load-group (common.groups.GroupArgs)
 
     @property
     def batch_size(self) -> int:
@@ -127,15 +123,13 @@ def build_networks(args: Args, env, device):
     a graph over the agents' observations instead)."""
     action_size = env.n_actions if env.discrete else env.action_dim
     obs_shape = env.obs_shape  # (obs_dim,), or (H, W, C) for images
-    # Parameter set of every agent: None for all/none (shared / per agent), its group's for group.
-    sets = parameter_sets(args.share_params, assign_groups(agent_names(env), args.agent_groups)[1])
-    shared = args.share_params == "all"
+    sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor_net = graph_net(args, env, action_size, out_gain=0.01) if args.actor_model == "gnn" else None
     actor = Actor(obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  shared, args.hidden_sizes, args.recurrent, args.activation, param_groups=sets, net=actor_net).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation, net=actor_net).to(device)
     critic_net = graph_net(args, env, 1, 1.0) if args.critic_model == "gnn" else None
-    critic = Critic(obs_shape, env.n_agents, shared, args.hidden_sizes, args.recurrent,
-                    args.activation, param_groups=sets, net=critic_net).to(device)
+    critic = Critic(obs_shape, env.n_agents, sets, args.hidden_sizes, args.recurrent, args.activation,
+                    net=critic_net).to(device)
     return actor, critic
 
 
@@ -204,22 +198,20 @@ def checkpoint_payload(args, teams, actor, critic, value_norm, optimizer, shuffl
     return {"algo": "ippo", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "value_norm": value_norm.state_dict(), "optimizer": optimizer.state_dict(), "global_step": global_step,
             "iteration": iteration, "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state(),
-            "agents": teams.agents, "agent_groups": teams.agent_groups,
-            "agent_rows": {"actor": actor.agent_rows(), "critic": critic.agent_rows()}, "rollout": rollout}
+            "rollout": rollout, **teams.payload(actor=actor, critic=critic)}
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's actor, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "ippo", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's acting network (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     actor, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
-    return report_greedy_evaluation(args, saved, env, actor, device)
+    return actor
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "ippo", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -229,16 +221,12 @@ def main(args: Args) -> dict:
     envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
-    # Groups of agents (by name prefix or --agent-groups) and which of them learn; bad names fail here.
-    teams = make_teams(agent_names(envs), args.share_params, args.agent_groups, args.train_groups, args.load_group)
-    groups = teams.members  # {group name: agent indices}, for per-group returns
-    group_onehot = torch.nn.functional.one_hot(torch.as_tensor(teams.group_of_agent)).float().to(device)  # (N, G)
-    trained = torch.as_tensor(teams.trained, dtype=torch.float32, device=device)  # (N,) 1 where the group learns
+    # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
+    teams = policy_map(args, envs, "ippo", device)  # bad names and unusable runs fail here
+    groups, group_onehot, trained = teams.members, teams.onehot, teams.trained  # {name: agents}, (N, G), (N,)
     actor, critic = build_networks(args, envs, device)
     value_norm = ValueNorm(groups=teams.group_of_agent).to(device)  # statistics per group: rival returns never mix
-    for group, path in teams.load.items():  # e.g. a trained opponent from an earlier run
-        load_group(path, group, "ippo", teams.agents, teams.names, teams.group_of_agent,
-                   {"actor": actor, "critic": critic}, value_norm)
+    teams.load_weights({"actor": actor, "critic": critic}, value_norm)  # --load-group from an IPPO run: copy it
     optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=args.learning_rate, eps=1e-5)
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
@@ -286,7 +274,8 @@ def main(args: Args) -> dict:
                 extras["action_masks"] = mask
             with torch.no_grad():
                 dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
-                action = dist.sample()  # (1, E, N) or (1, E, N, act_dim)
+                action = teams.override(dist.sample()[0], obs, starts, mask)[None]  # (1, E, N[, act_dim]); groups
+                # loaded from another algorithm's run act as that run does
                 logprob = dist.log_prob(action)  # (1, E, N)
                 value, critic_state = critic(extras["critic_inputs"][None], critic_state, starts[None])  # (1, E, N)
             result = envs.step(action[0])  # a torch env keeps it on the device
@@ -392,7 +381,7 @@ def main(args: Args) -> dict:
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, actor, global_step, groups)  # greedy, every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, teams.policy(actor), global_step, groups)  # greedy, every --eval-every env steps
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
                                charts={"learning_rate": optimizer.param_groups[0]["lr"]},
                                console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]}, groups=groups)
@@ -403,7 +392,7 @@ def main(args: Args) -> dict:
                 (starts, actor_state, critic_state)))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, actor, global_step, groups)
+    recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, groups)
     recorder.save_checkpoint(checkpoint_payload(
         args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, args.num_iterations,
         (starts, actor_state, critic_state)))

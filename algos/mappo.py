@@ -71,9 +71,6 @@ class Args(GroupArgs, GNNArgs, RunArgs):  # bases last to first: --help lists Ru
     """global gradient-norm clip"""
     value_norm: bool = True
     """normalise value targets with running statistics (MAPPO's ValueNorm)"""
-    share_params: Literal["all", "group", "none"] = "all"
-    """all: one actor and one critic for every agent; group: one pair per group (--agent-groups), shared by its
-    agents; none: one pair per agent. A network serving several agents gets an agent-id one-hot"""
     share_critic: bool = False
     """one centralised critic for every agent, whatever --share-params gives the actors: with group or none the
     actors stay one per group / per agent while a single critic (with the agent-id one-hot, so it knows whose value it
@@ -96,8 +93,8 @@ class Args(GroupArgs, GNNArgs, RunArgs):  # bases last to first: --help lists Ru
     gnn_critic_pool: Literal["mean", "none"] = "mean"
     """GNN critic output: "mean", the mean over agents' node outputs, one centralised value for every agent
     (any topology); "none", each agent's value from its own node (per-agent rewards; needs edges)"""
-    # --- also --actor-model and --gnn-* (common.gnn_args.GNNArgs), and the teams: --agent-groups, --train-groups,
-    # --load-group (common.groups.GroupArgs)
+    # --- also --actor-model and --gnn-* (common.gnn_args.GNNArgs), and the policy mapping: --share-params,
+    # --agent-groups, --train-groups, --load-group (common.groups.GroupArgs)
 
     @property
     def batch_size(self) -> int:

@@ -26,8 +26,8 @@ from torch import nn
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
 from common.groups import agent_names, make_teams
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              resume_envs, rng_state, seed_everything, start_or_resume)
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
+                              seed_everything, start_or_resume)
 from envs import discrete_hint, make_env, parse_env_kwargs
 from nets import (MLP, Actor, Critic, EncodedPolicy, QPolicy, ValueNorm, check_policy_output, explained_variance,
                   shared_between, trainable_parameters)
@@ -303,7 +303,8 @@ def checkpoint_payload(args, teams, nets, optimizers, value_norm, reward_norm, r
 
 
 def load_joint_policy(ckpt, saved: Args, env, device, random_groups: Tuple[str, ...] = ()) -> JointPolicy:
-    """The JointPolicy of a checkpoint (both learners' networks), for evaluation."""
+    """The JointPolicy of a checkpoint (both learners' networks), for evaluation and for --load-group in
+    another algorithm's run (`acting_policy`)."""
     teams = make_teams(agent_names(env), "group", saved.agent_groups)
     ppo_idx, iql_idx = group_indices(saved, teams)
     mask = torch.as_tensor(env.action_dim_mask)
@@ -313,16 +314,15 @@ def load_joint_policy(ckpt, saved: Args, env, device, random_groups: Tuple[str, 
     return JointPolicy(actor, q_net, ppo_idx, iql_idx, env.n_actions, random_groups).to(device)
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's two policies, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "ppo_iql", Args)
-    return report_greedy_evaluation(args, saved, env, load_joint_policy(ckpt, saved, env, device), device)
+def acting_policy(saved: Args, env, ckpt: dict, device) -> JointPolicy:
+    """A saved run's two policies as one (for --evaluate-checkpoint, and --load-group in any algorithm)."""
+    return load_joint_policy(ckpt, saved, env, device)
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "ppo_iql", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -338,7 +338,7 @@ def main(args: Args) -> dict:
     ppo_list, iql_list = group_indices(args, teams)
     ppo_idx, iql_idx = torch.as_tensor(ppo_list, device=device), torch.as_tensor(iql_list, device=device)
     Np, Nq = len(ppo_list), len(iql_list)
-    ppo_trains, iql_trains = teams.trained[ppo_list[0]], teams.trained[iql_list[0]]
+    ppo_trains, iql_trains = teams.trained_list[ppo_list[0]], teams.trained_list[iql_list[0]]
     groups = teams.members  # {group: agent indices}: per-group returns, charts/team_<group>/...
     dim_mask = torch.as_tensor(envs.action_dim_mask)
     actor, critic, q_net = build_networks(args, envs, Np, Nq, dim_mask[ppo_list], dim_mask[iql_list], device)

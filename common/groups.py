@@ -268,7 +268,7 @@ def policy_map(args, envs, algo: str, device: Optional[torch.device] = None) -> 
         trained_ids = select_groups(args.train_groups, "--train-groups", names, agents, group_of_agent)
         acting = [names[g] for g in trained_ids if names[g] in foreign]
         if acting:
-            raise ConfigError(f"--train-groups names {acting}, loaded from a {foreign[acting[0]].algo} run: a group that "
+            raise ConfigError(f"--train-groups names {acting}, loaded from {foreign[acting[0]].algo} run {load[acting[0]]}: a group that "
                               f"acts as another algorithm's run stays fixed ({algo} cannot train that run's network); "
                               f"leave it out of --train-groups, or load it from a {algo} run")
     else:
