@@ -16,22 +16,23 @@ straight-through Gumbel-softmax. Run:
 import copy
 import time
 from dataclasses import dataclass
-from typing import Literal, Tuple
+from typing import List, Literal, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              resume_envs, rng_state, seed_everything, start_or_resume)
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
+                              seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs, with_continuous_actions
-from nets import Critic, DeterministicActor, NonMonotonicMixer, QMixer, VDNMixer
+from nets import Critic, DeterministicActor, NonMonotonicMixer, PerGroup, QMixer, VDNMixer
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 2_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
@@ -80,8 +81,6 @@ class Args(RunArgs):
     """discrete actions: temperature of the Gumbel-softmax whose gradient the actor follows"""
     logit_reg: float = 1e-3
     """discrete actions: weight of the mean squared logits in the actor loss (keeps the softmax from saturating)"""
-    share_params: bool = True
-    """one actor and one utility network for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
     hidden_sizes: Tuple[int, ...] = (64, 64)
     """hidden layer widths of actors and agent utilities"""
     activation: Literal["tanh", "relu"] = "relu"
@@ -120,24 +119,27 @@ def validate(args: Args, env=None) -> None:
                           f"(--num-steps x --num-envs = {args.steps_per_iteration} env steps)")
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
+    check_group_args(args)
 
 
 # ============================================================================ 2. NETWORKS
-def build_networks(args: Args, env, device):
-    """Deterministic actors mu_i(o_i); agent utilities Q_i(o_i, a_i); the --mixer on the state (flat,
-    whatever its shape). Image observations (obs_shape (H, W, C)) get a small CNN
-    (nets.encoder_for); the utility's two inputs, o_i and a_i, are concatenated after it."""
+def build_networks(args: Args, env, device, learning: Optional[List[List[int]]] = None):
+    """Deterministic actors mu_i(o_i); agent utilities Q_i(o_i, a_i); a --mixer on the state (flat, whatever
+    its shape) for every team in `learning` (default: one team of every agent). Image observations (H, W, C)
+    get a small CNN (nets.encoder_for); the utility's two inputs, o_i and a_i, are concatenated after it."""
     A = env.n_actions if env.discrete else env.action_dim  # one-hot width or continuous action size
+    sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = DeterministicActor(env.obs_shape, env.n_agents, env.discrete, A, torch.as_tensor(env.action_dim_mask),
-                               args.share_params, args.hidden_sizes, args.activation).to(device)
-    critic = Critic((env.obs_shape, (A,)), env.n_agents, args.share_params, args.hidden_sizes, "none",
+                               sets, args.hidden_sizes, args.activation).to(device)
+    critic = Critic((env.obs_shape, (A,)), env.n_agents, sets, args.hidden_sizes, "none",
                     args.activation).to(device)
-    if args.mixer == "vdn":
-        mixer = VDNMixer()
-    else:
-        mixer_class = QMixer if args.mixer == "qmix" else NonMonotonicMixer
-        mixer = mixer_class(env.n_agents, env.state_dim, args.mixer_embed_dim, args.hypernet_hidden)
-    return actor, critic, mixer.to(device)
+    # One mixer per team (nets.PerGroup): rivals' utilities never mix into one Q_tot, and a fixed group's
+    # agents are in no team, so neither its utilities nor its actors get a gradient.
+    learning = learning or [list(range(env.n_agents))]
+    mixer_class = QMixer if args.mixer == "qmix" else NonMonotonicMixer
+    mixers = [VDNMixer() if args.mixer == "vdn" else
+              mixer_class(len(m), env.state_dim, args.mixer_embed_dim, args.hypernet_hidden) for m in learning]
+    return actor, critic, PerGroup(mixers, learning).to(device)
 
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
@@ -189,10 +191,10 @@ def explore(actor, obs, mask, args: Args, random: bool) -> torch.Tensor:
 
 def mixed_q(critic, mixer, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor,
             alive: torch.Tensor) -> torch.Tensor:
-    """Q_tot(s, Q_1(o_1, a_1), ..., Q_N(o_N, a_N)): obs (B, N, *obs_shape), actions (B, N, A), state (B, S),
-    alive (B, N) -> (B,). An agent that is not alive (it left early: MAgent2 deaths) enters the mix with
-    Q_i = 0, as in algos/qmix.py: its observation is zeros and its action was never played (nor does
-    the policy gradient reach its actor through the mix)."""
+    """Every team's Q_tot(s, Q_1(o_1, a_1), ..., Q_N(o_N, a_N)): obs (B, N, *obs_shape), actions (B, N, A),
+    state (B, S), alive (B, N) -> (B, K). An agent that is not alive (it left early: MAgent2 deaths) enters
+    the mix with Q_i = 0, as in algos/qmix.py: its observation is zeros and its action was never played (nor
+    does the policy gradient reach its actor through the mix)."""
     qs, _ = critic((obs, actions))  # (B, N) agent utilities
     return mixer(qs * alive, state)
 
@@ -208,7 +210,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def checkpoint_payload(args, actor, critic, mixer, target_actor, target_critic, target_mixer, actor_optimizer,
+def checkpoint_payload(args, teams, actor, critic, mixer, target_actor, target_critic, target_mixer, actor_optimizer,
                        critic_optimizer, buffer, sample_gen, global_step, iteration, updates):
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
     return {"algo": "facmac", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
@@ -216,21 +218,20 @@ def checkpoint_payload(args, actor, critic, mixer, target_actor, target_critic, 
             "target_critic": target_critic.state_dict(), "target_mixer": target_mixer.state_dict(),
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
             "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
-            "rng": rng_state(), "sample_rng": sample_gen.get_state()}
+            "rng": rng_state(), "sample_rng": sample_gen.get_state(), **teams.payload(actor=actor, critic=critic)}
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's actors, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "facmac", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's acting network (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     actor, _, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
-    return report_greedy_evaluation(args, saved, env, actor, device)
+    return actor
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "facmac", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -242,7 +243,10 @@ def main(args: Args) -> dict:
     validate(args, envs)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
-    actor, critic, mixer = build_networks(args, envs, device)
+    # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
+    teams = policy_map(args, envs, "facmac", device)  # bad names and unusable runs fail here
+    actor, critic, mixer = build_networks(args, envs, device, teams.learning)
+    teams.load_weights({"actor": actor, "critic": critic})  # --load-group from a FACMAC run: copy its weights
     target_actor, target_critic, target_mixer = copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(mixer)
     # Utilities and mixer learn as one critic (one optimiser, one clip, one Polyak update; VDN's mixer has
     # no parameters of its own).
@@ -270,6 +274,7 @@ def main(args: Args) -> dict:
     obs, state, mask, _ = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where a resumed run's envs were
     obs, state = torch.as_tensor(obs, device=device), torch.as_tensor(state, device=device)  # (E, N, obs_dim), (E, S)
     mask = None if mask is None else torch.as_tensor(mask, device=device)  # (E, N, n_actions), discrete only
+    starts = torch.ones(E, N, device=device)  # 1 where an episode starts: a loaded run's recurrent state resets there
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
     recorder = RunRecorder(args, "facmac", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic, mixer))
@@ -282,6 +287,9 @@ def main(args: Args) -> dict:
         for _ in range(T):
             with torch.no_grad():
                 action = explore(actor, obs, mask, args, random=global_step < args.learning_starts)  # (E, N, A)
+                # Groups loaded from another algorithm's run act as that run does (one-hots where actions are
+                # discrete); the replay keeps the joint action played.
+                action = teams.override(action, obs, starts, mask)
             result = envs.step(action.argmax(-1) if envs.discrete else action)  # a torch env keeps it on the device
             global_step += E
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true o_{t+1}, before auto-reset
@@ -300,6 +308,7 @@ def main(args: Args) -> dict:
             obs, state = torch.as_tensor(result.obs, device=device), torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             done = torch.as_tensor(result.done).cpu().bool()
+            starts = done.to(device).float()[:, None].expand(E, N)  # (E, N)
             if done.any():
                 episode_return = torch.as_tensor(result.episode_return).cpu()[done]  # (episodes, N)
                 train_returns.extend(episode_return.sum(-1).tolist())
@@ -317,12 +326,14 @@ def main(args: Args) -> dict:
             b = {k: v.transpose(0, 1).flatten(0, 1) for k, v in b.items() if k != "filled"}
             obs_b, next_obs_b, actions, alive = b["states"], b["next_states"], b["actions"], b["alive"]
             state_b, next_state_b = b["global_states"][:, 0], b["next_global_states"][:, 0]  # (B, S)
-            team_reward = b["rewards"].sum(-1)  # (B,), R_pz3 units for mpe2
-            # The team's episode is over where no agent goes on: each terminated, truncated or gone already
+            team_reward = teams.team_rewards(b["rewards"])  # (B, K) each learning team's, R_pz3 units for mpe2
+            # A team's episode is over where none of its agents goes on: each terminated, truncated or gone already
             # (an agent that dies mid-episode, as in MAgent2, ends its own part only); cut by the clock where
             # an agent was truncated, ended by the task (terminated: no bootstrap) otherwise.
-            over = torch.maximum(torch.maximum(b["dones"], b["truncated"]), 1.0 - alive).amin(-1)  # (B,)
-            terminated = over * (1.0 - b["truncated"].amax(-1)) if args.bootstrap_time_limit else over  # (B,)
+            agent_over = torch.maximum(torch.maximum(b["dones"], b["truncated"]), 1.0 - alive)  # (B, N)
+            over = torch.stack([agent_over[:, m].amin(-1) for m in teams.learning], -1)  # (B, K)
+            clock = torch.stack([b["truncated"][:, m].amax(-1) for m in teams.learning], -1)  # (B, K)
+            terminated = over * (1.0 - clock) if args.bootstrap_time_limit else over  # (B, K)
             B = obs_b.shape[0]
             with torch.no_grad():
                 # Q'_tot(s', Q'_i(o'_i, mu'_i(o'_i))) at every step's true next state (the final one where an
@@ -331,15 +342,15 @@ def main(args: Args) -> dict:
                 next_actions = gumbel_softmax_st(next_out, 1.0) if actor.discrete else next_out
                 next_alive = alive * (1.0 - b["dones"])  # (B, N) present in s': acted and did not terminate
                 next_q = mixed_q(target_critic, target_mixer, next_obs_b, next_actions, next_state_b,
-                                 next_alive)  # (B,)
-                seq = (T, B // T)  # back to (T, B_seq) for the backward recursion
+                                 next_alive)  # (B, K)
+                seq = (T, B // T, -1)  # back to (T, B_seq, K) for the backward recursion
                 ended = over.view(seq).clone()
                 ended[-1] = 1.0  # the stored sequence stops: its last step bootstraps from Q'_tot alone there
                 targets = td_lambda_targets(team_reward.view(seq), next_q.view(seq), terminated.view(seq), ended,
-                                            args.gamma, args.td_lambda).flatten(0, 1)  # (B,)
+                                            args.gamma, args.td_lambda).flatten(0, 1)  # (B, K)
 
 # ============================================================================ 7. UPDATE
-            q_tot = mixed_q(critic, mixer, obs_b, actions, state_b, alive)  # (B,) of the stored joint action
+            q_tot = mixed_q(critic, mixer, obs_b, actions, state_b, alive)  # (B, K) of the stored joint action
             td_loss = ((q_tot - targets) ** 2).mean()
             critic_optimizer.zero_grad()
             td_loss.backward()
@@ -354,7 +365,8 @@ def main(args: Args) -> dict:
             policy_loss = -mixed_q(critic, mixer, obs_b, new_actions, state_b, alive).mean()
             if actor.discrete:  # regulariser on the logits of the available actions (as MADDPG)
                 real = out > torch.finfo(out.dtype).min
-                policy_loss = policy_loss + args.logit_reg * masked_mean(torch.where(real, out, 0.0) ** 2, real.float())
+                policy_loss = policy_loss + args.logit_reg * masked_mean(torch.where(real, out, 0.0) ** 2,
+                                                                         real * teams.trained[:, None])
             actor_optimizer.zero_grad()
             policy_loss.backward()
             actor_grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
@@ -368,20 +380,22 @@ def main(args: Args) -> dict:
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy (no noise), every --eval-every env steps
+        # greedy (no noise), every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, teams.policy(actor), global_step, teams.members)
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
-                               console={"td_loss": stats.get("td_loss"), "q_taken_mean": stats.get("q_taken_mean")})
+                               console={"td_loss": stats.get("td_loss"), "q_taken_mean": stats.get("q_taken_mean")},
+                               groups=teams.members)
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, actor, critic, mixer, target_actor, target_critic, target_mixer, actor_optimizer,
+                args, teams, actor, critic, mixer, target_actor, target_critic, target_mixer, actor_optimizer,
                 critic_optimizer, buffer, sample_gen, global_step, iteration, updates))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, actor, global_step)
+    recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, teams.members)
     recorder.save_checkpoint(checkpoint_payload(
-        args, actor, critic, mixer, target_actor, target_critic, target_mixer, actor_optimizer, critic_optimizer,
-        buffer, sample_gen, global_step, args.num_iterations, updates))
+        args, teams, actor, critic, mixer, target_actor, target_critic, target_mixer, actor_optimizer,
+        critic_optimizer, buffer, sample_gen, global_step, args.num_iterations, updates))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 

@@ -20,15 +20,16 @@ import torch.nn.functional as F
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, checkpoint_for_evaluation, pick_device,
-                              report_greedy_evaluation, resume_envs, rng_state, seed_everything, start_or_resume)
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, evaluate_checkpoint, pick_device,
+                              resume_envs, rng_state, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs, with_continuous_actions
 from nets import Critic, DeterministicActor
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 2_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
@@ -75,8 +76,6 @@ class Args(RunArgs):
     critic_input: Literal["state", "concat_obs"] = "state"
     """what the centralised critic sees besides the joint action: the env's global state, or every agent's
     observation concatenated"""
-    share_params: bool = True
-    """one actor and one critic for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
     hidden_sizes: Tuple[int, ...] = (64, 64)
     """hidden layer widths of actors and critics"""
     activation: Literal["tanh", "relu"] = "relu"
@@ -106,6 +105,7 @@ def validate(args: Args, env=None) -> None:
                           f"(--num-steps x --num-envs = {args.steps_per_iteration} env steps)")
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
+    check_group_args(args)
 
 
 # ============================================================================ 2. NETWORKS
@@ -114,10 +114,11 @@ def build_networks(args: Args, env, device):
     observations (obs_shape (H, W, C)) and an image state get a small CNN (nets.encoder_for), the
     state's before the actions join it."""
     A = env.n_actions if env.discrete else env.action_dim  # one-hot width or continuous action size
+    sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = DeterministicActor(env.obs_shape, env.n_agents, env.discrete, A, torch.as_tensor(env.action_dim_mask),
-                               args.share_params, args.hidden_sizes, args.activation).to(device)
+                               sets, args.hidden_sizes, args.activation).to(device)
     info_in = centralised_input_shape(args, env)  # the state (an image gets a CNN) or all observations
-    critic = Critic((info_in, (env.n_agents * A,)), env.n_agents, args.share_params, args.hidden_sizes, "none",
+    critic = Critic((info_in, (env.n_agents * A,)), env.n_agents, sets, args.hidden_sizes, "none",
                     args.activation).to(device)
     return actor, critic
 
@@ -198,28 +199,27 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def checkpoint_payload(args, actor, critic, target_actor, target_critic, actor_optimizer, critic_optimizer, buffer,
-                       sample_gen, global_step, iteration, updates):
+def checkpoint_payload(args, teams, actor, critic, target_actor, target_critic, actor_optimizer, critic_optimizer,
+                       buffer, sample_gen, global_step, iteration, updates):
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
     return {"algo": "maddpg", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "target_actor": target_actor.state_dict(), "target_critic": target_critic.state_dict(),
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
             "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
-            "rng": rng_state(), "sample_rng": sample_gen.get_state()}
+            "rng": rng_state(), "sample_rng": sample_gen.get_state(), **teams.payload(actor=actor, critic=critic)}
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's actors, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "maddpg", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's acting network (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     actor, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
-    return report_greedy_evaluation(args, saved, env, actor, device)
+    return actor
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "maddpg", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -231,7 +231,10 @@ def main(args: Args) -> dict:
     validate(args, envs)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
+    # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
+    teams = policy_map(args, envs, "maddpg", device)  # bad names and unusable runs fail here
     actor, critic = build_networks(args, envs, device)
+    teams.load_weights({"actor": actor, "critic": critic})  # --load-group from a MADDPG run: copy its weights
     target_actor, target_critic = copy.deepcopy(actor), copy.deepcopy(critic)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.actor_learning_rate, foreach=True)
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.critic_learning_rate, foreach=True)
@@ -254,6 +257,8 @@ def main(args: Args) -> dict:
     obs, state, mask, _ = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where a resumed run's envs were
     obs, state = torch.as_tensor(obs, device=device), torch.as_tensor(state, device=device)  # (E, N, obs_dim), (E, S)
     mask = None if mask is None else torch.as_tensor(mask, device=device)  # (E, N, n_actions), discrete only
+    starts = torch.ones(E, N, device=device)  # 1 where an episode starts: a loaded run's recurrent state resets there
+    trained = teams.trained  # (N,) 1 where the agent's group learns: fixed groups take no part in any loss
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
     recorder = RunRecorder(args, "maddpg", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic))
@@ -266,6 +271,9 @@ def main(args: Args) -> dict:
         for _ in range(T):
             with torch.no_grad():
                 action = explore(actor, obs, mask, args, random=global_step < args.learning_starts)  # (E, N, A)
+                # Groups loaded from another algorithm's run act as that run does (one-hots where actions are
+                # discrete); the replay keeps the joint action played, which the centralised critics learn from.
+                action = teams.override(action, obs, starts, mask)
             result = envs.step(action.argmax(-1) if envs.discrete else action)  # a torch env keeps it on the device
             global_step += E
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true o_{t+1}, before auto-reset
@@ -285,6 +293,7 @@ def main(args: Args) -> dict:
             obs, state = torch.as_tensor(result.obs, device=device), torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             done = torch.as_tensor(result.done).cpu().bool()
+            starts = done.to(device).float()[:, None].expand(E, N)  # (E, N)
             if done.any():
                 episode_return = torch.as_tensor(result.episode_return).cpu()[done]  # (episodes, N)
                 train_returns.extend(episode_return.sum(-1).tolist())
@@ -300,7 +309,8 @@ def main(args: Args) -> dict:
             b = buffer.sample_episodes(args.batch_size, sample_gen, device)  # (B_seq, T, N, ...)
             # time-major transitions (B, N, ...), B = T * B_seq: row t * B_seq + j is step t of sequence j
             b = {k: v.transpose(0, 1).flatten(0, 1) for k, v in b.items() if k != "filled"}
-            obs_b, next_obs_b, actions, alive = b["states"], b["next_states"], b["actions"], b["alive"]
+            obs_b, next_obs_b, actions = b["states"], b["next_states"], b["actions"]
+            alive = b["alive"] * trained  # (B, N) the steps that count in the losses: alive agents of learning groups
             B = obs_b.shape[0]
             if args.critic_input == "state":
                 info, next_info = b["global_states"][:, 0], b["next_global_states"][:, 0]  # (B, S)
@@ -335,7 +345,8 @@ def main(args: Args) -> dict:
             policy_loss = -masked_mean(q_pi, alive)
             if actor.discrete:  # Lowe et al.'s regulariser on the logits of the available actions
                 real = out > torch.finfo(out.dtype).min
-                policy_loss = policy_loss + args.logit_reg * masked_mean(torch.where(real, out, 0.0) ** 2, real.float())
+                policy_loss = policy_loss + args.logit_reg * masked_mean(torch.where(real, out, 0.0) ** 2,
+                                                                         real * trained[:, None])
             actor_optimizer.zero_grad()
             policy_loss.backward()
             actor_grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
@@ -349,19 +360,21 @@ def main(args: Args) -> dict:
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy (no noise), every --eval-every env steps
+        # greedy (no noise), every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, teams.policy(actor), global_step, teams.members)
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
-                               console={"td_loss": stats.get("td_loss"), "q_taken_mean": stats.get("q_taken_mean")})
+                               console={"td_loss": stats.get("td_loss"), "q_taken_mean": stats.get("q_taken_mean")},
+                               groups=teams.members)
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, actor, critic, target_actor, target_critic, actor_optimizer, critic_optimizer, buffer,
+                args, teams, actor, critic, target_actor, target_critic, actor_optimizer, critic_optimizer, buffer,
                 sample_gen, global_step, iteration, updates))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, actor, global_step)
+    recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, teams.members)
     recorder.save_checkpoint(checkpoint_payload(
-        args, actor, critic, target_actor, target_critic, actor_optimizer, critic_optimizer, buffer, sample_gen,
+        args, teams, actor, critic, target_actor, target_critic, actor_optimizer, critic_optimizer, buffer, sample_gen,
         global_step, args.num_iterations, updates))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary

@@ -19,15 +19,16 @@ import torch
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, checkpoint_for_evaluation, pick_device,
-                              report_greedy_evaluation, resume_envs, rng_state, seed_everything, start_or_resume)
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, evaluate_checkpoint, pick_device,
+                              resume_envs, rng_state, seed_everything, start_or_resume)
 from envs import continuous_hint, make_env, parse_env_kwargs, with_continuous_actions
 from nets import Critic, DeterministicActor
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 2_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
@@ -74,8 +75,6 @@ class Args(RunArgs):
     critic_input: Literal["state", "concat_obs"] = "state"
     """what the centralised critic sees besides the joint action: the env's global state, or every agent's
     observation concatenated"""
-    share_params: bool = True
-    """one actor and one critic pair for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
     hidden_sizes: Tuple[int, ...] = (64, 64)
     """hidden layer widths of actors and critics"""
     activation: Literal["tanh", "relu"] = "relu"
@@ -107,6 +106,7 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError("--policy-noise and --noise-clip must be non-negative")
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
+    check_group_args(args)
     if env is not None and env.discrete:
         raise ConfigError(f"matd3 needs continuous actions; {args.env} has discrete ones here: {continuous_hint(args.env)}; "
                           "or use algos/maddpg.py (Gumbel-softmax) for discrete actions")
@@ -118,10 +118,11 @@ def build_networks(args: Args, env, device):
     Image observations (obs_shape (H, W, C)) and an image state get a small CNN (nets.encoder_for), the
     state's before the actions join it."""
     A = env.action_dim
+    sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = DeterministicActor(env.obs_shape, env.n_agents, False, A, torch.as_tensor(env.action_dim_mask),
-                               args.share_params, args.hidden_sizes, args.activation).to(device)
+                               sets, args.hidden_sizes, args.activation).to(device)
     info_in = centralised_input_shape(args, env)  # the state (an image gets a CNN) or all observations
-    critics = torch.nn.ModuleList([Critic((info_in, (env.n_agents * A,)), env.n_agents, args.share_params,
+    critics = torch.nn.ModuleList([Critic((info_in, (env.n_agents * A,)), env.n_agents, sets,
                                           args.hidden_sizes, "none", args.activation) for _ in range(2)]).to(device)
     return actor, critics
 
@@ -195,28 +196,27 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def checkpoint_payload(args, actor, critics, target_actor, target_critics, actor_optimizer, critic_optimizer, buffer,
-                       sample_gen, global_step, iteration, updates):
+def checkpoint_payload(args, teams, actor, critics, target_actor, target_critics, actor_optimizer, critic_optimizer,
+                       buffer, sample_gen, global_step, iteration, updates):
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
     return {"algo": "matd3", "args": args_dict(args), "actor": actor.state_dict(), "critics": critics.state_dict(),
             "target_actor": target_actor.state_dict(), "target_critics": target_critics.state_dict(),
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
             "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
-            "rng": rng_state(), "sample_rng": sample_gen.get_state()}
+            "rng": rng_state(), "sample_rng": sample_gen.get_state(), **teams.payload(actor=actor, critics=critics)}
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's actors, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "matd3", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's acting network (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     actor, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
-    return report_greedy_evaluation(args, saved, env, actor, device)
+    return actor
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "matd3", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -228,7 +228,10 @@ def main(args: Args) -> dict:
     validate(args, envs)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
+    # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
+    teams = policy_map(args, envs, "matd3", device)  # bad names and unusable runs fail here
     actor, critics = build_networks(args, envs, device)
+    teams.load_weights({"actor": actor, "critics": critics})  # --load-group from a MATD3 run: copy its weights
     target_actor, target_critics = copy.deepcopy(actor), copy.deepcopy(critics)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.actor_learning_rate, foreach=True)
     critic_optimizer = torch.optim.Adam(critics.parameters(), lr=args.critic_learning_rate, foreach=True)
@@ -250,6 +253,8 @@ def main(args: Args) -> dict:
 
     obs, state, _, _ = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where a resumed run's envs were
     obs, state = torch.as_tensor(obs, device=device), torch.as_tensor(state, device=device)  # (E, N, obs_dim), (E, S)
+    starts = torch.ones(E, N, device=device)  # 1 where an episode starts: a loaded run's recurrent state resets there
+    trained = teams.trained  # (N,) 1 where the agent's group learns: fixed groups take no part in any loss
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
     recorder = RunRecorder(args, "matd3", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critics))
@@ -262,6 +267,9 @@ def main(args: Args) -> dict:
         for _ in range(T):
             with torch.no_grad():
                 action = explore(actor, obs, args, random=global_step < args.learning_starts)  # (E, N, A)
+                # Groups loaded from another algorithm's run act as that run does; the replay keeps the joint
+                # action played, which the centralised critics learn from.
+                action = teams.override(action, obs, starts)
             result = envs.step(action)  # a torch env keeps it on the device
             global_step += E
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true o_{t+1}, before auto-reset
@@ -277,6 +285,7 @@ def main(args: Args) -> dict:
                 alive=torch.as_tensor(result.alive, device=device).float(), **extras)
             obs, state = torch.as_tensor(result.obs, device=device), torch.as_tensor(result.state, device=device)
             done = torch.as_tensor(result.done).cpu().bool()
+            starts = done.to(device).float()[:, None].expand(E, N)  # (E, N)
             if done.any():
                 episode_return = torch.as_tensor(result.episode_return).cpu()[done]  # (episodes, N)
                 train_returns.extend(episode_return.sum(-1).tolist())
@@ -292,7 +301,8 @@ def main(args: Args) -> dict:
             b = buffer.sample_episodes(args.batch_size, sample_gen, device)  # (B_seq, T, N, ...)
             # time-major transitions (B, N, ...), B = T * B_seq: row t * B_seq + j is step t of sequence j
             b = {k: v.transpose(0, 1).flatten(0, 1) for k, v in b.items() if k != "filled"}
-            obs_b, next_obs_b, actions, alive = b["states"], b["next_states"], b["actions"], b["alive"]
+            obs_b, next_obs_b, actions = b["states"], b["next_states"], b["actions"]
+            alive = b["alive"] * trained  # (B, N) the steps that count in the losses: alive agents of learning groups
             B = obs_b.shape[0]
             if args.critic_input == "state":
                 info, next_info = b["global_states"][:, 0], b["next_global_states"][:, 0]  # (B, S)
@@ -341,20 +351,22 @@ def main(args: Args) -> dict:
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy (no noise), every --eval-every env steps
+        # greedy (no noise), every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, teams.policy(actor), global_step, teams.members)
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
-                               console={"td_loss": stats.get("td_loss"), "q_taken_mean": stats.get("q_taken_mean")})
+                               console={"td_loss": stats.get("td_loss"), "q_taken_mean": stats.get("q_taken_mean")},
+                               groups=teams.members)
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, actor, critics, target_actor, target_critics, actor_optimizer, critic_optimizer, buffer,
+                args, teams, actor, critics, target_actor, target_critics, actor_optimizer, critic_optimizer, buffer,
                 sample_gen, global_step, iteration, updates))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, actor, global_step)
+    recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, teams.members)
     recorder.save_checkpoint(checkpoint_payload(
-        args, actor, critics, target_actor, target_critics, actor_optimizer, critic_optimizer, buffer, sample_gen,
-        global_step, args.num_iterations, updates))
+        args, teams, actor, critics, target_actor, target_critics, actor_optimizer, critic_optimizer, buffer,
+        sample_gen, global_step, args.num_iterations, updates))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 

@@ -151,7 +151,7 @@ def test_facmac_builds_the_mixer_asked_for(kind, monotone):
     q_tot.sum().backward()
     assert bool((qs.grad >= 0).all()) == monotone
     if kind == "vdn":
-        torch.testing.assert_close(q_tot, qs.sum(-1))
+        torch.testing.assert_close(q_tot, qs.sum(-1, keepdim=True))  # one team of every agent: (B, 1)
 
 
 # ---------------------------------------------------------------------------- MADDPG's policy-gradient input
