@@ -17,15 +17,16 @@ import torch
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              resume_envs, rng_state, seed_everything, start_or_resume)
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
+                              seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, ValueNorm, explained_variance
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):  # bases last to first: --help lists RunArgs' fields first
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 5_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once); the learning-rate
@@ -53,7 +54,7 @@ class Args(RunArgs):
     """lambda of generalised advantage estimation; 1.0 gives A3C's n-step returns (every step bootstraps
     from V at the rollout's end, n = the steps left in the rollout)"""
     norm_adv: bool = True
-    """normalise advantages to zero mean and unit std over the rollout (live entries)"""
+    """normalise advantages to zero mean and unit std over the rollout, per group (live entries)"""
     ent_coef: float = 0.01
     """entropy bonus coefficient"""
     vf_coef: float = 1.0
@@ -62,14 +63,13 @@ class Args(RunArgs):
     """global gradient-norm clip"""
     value_norm: bool = True
     """normalise value targets with running statistics (MAPPO's ValueNorm)"""
-    share_params: bool = True
-    """one actor and one critic for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
     recurrent: Literal["none", "gru", "lstm"] = "none"
     """recurrent core in actor and critic (trained on each copy's whole rollout of T steps)"""
     hidden_sizes: Tuple[int, ...] = (64, 64)
     """hidden layer widths of actor and critic"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation"""
+    # --- policy mapping: --share-params, --agent-groups, --train-groups, --load-group (common.groups.GroupArgs)
 
     @property
     def batch_size(self) -> int:
@@ -88,6 +88,7 @@ def validate(args: Args) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not 0.0 <= args.gae_lambda <= 1.0:
         raise ConfigError(f"--gae-lambda must be in [0, 1] (1.0: n-step returns), got {args.gae_lambda}")
+    check_group_args(args)  # --share-params, --load-group (common/groups.py)
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
 
@@ -97,9 +98,10 @@ def build_networks(args: Args, env, device):
     """Decentralised actor and decentralised critic, both on each agent's own observation (an image,
     obs_shape (H, W, C), through a small CNN: nets.encoder_for)."""
     action_size = env.n_actions if env.discrete else env.action_dim
+    sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
-    critic = Critic(env.obs_shape, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
+                  sets, args.hidden_sizes, args.recurrent, args.activation).to(device)
+    critic = Critic(env.obs_shape, env.n_agents, sets, args.hidden_sizes, args.recurrent,
                     args.activation).to(device)
     return actor, critic
 
@@ -136,26 +138,33 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def checkpoint_payload(args, actor, critic, value_norm, optimizer, global_step, iteration, rollout):
-    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; `rollout`
-    is what the rollout carries into the next iteration (episode starts, recurrent states)."""
+def group_mean(x: torch.Tensor, mask: torch.Tensor, group_onehot: torch.Tensor) -> torch.Tensor:
+    """Masked mean of x (T, E, N) over each group's agents (group_onehot (N, G)), given to every agent: (N,).
+    Rival teams' advantages (a predator's catch is the prey's loss) never share a mean and scale."""
+    return sum(masked_mean(x, mask * g) * g for g in group_onehot.T)  # g (N,): 1 on the group's agents
+
+
+def checkpoint_payload(args, teams, actor, critic, value_norm, optimizer, global_step, iteration, rollout):
+    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; the
+    agents' groups and parameter rows let --load-group take one group's weights out of it. `rollout`:
+    what the rollout carries into the next iteration (episode starts, recurrent states)."""
     return {"algo": "ia2c", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "value_norm": value_norm.state_dict(), "optimizer": optimizer.state_dict(), "global_step": global_step,
-            "iteration": iteration, "rng": rng_state(), "rollout": rollout}
+            "iteration": iteration, "rng": rng_state(), "rollout": rollout,
+            **teams.payload(actor=actor, critic=critic)}
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's actor, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "ia2c", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's acting network (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     actor, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
-    return report_greedy_evaluation(args, saved, env, actor, device)
+    return actor
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "ia2c", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -165,8 +174,12 @@ def main(args: Args) -> dict:
     envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
+    # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
+    teams = policy_map(args, envs, "ia2c", device)  # bad names and unusable runs fail here
+    groups, trained = teams.members, teams.trained  # {name: agents}, (N,) 1 where the agent's group learns
     actor, critic = build_networks(args, envs, device)
-    value_norm = ValueNorm().to(device)
+    value_norm = ValueNorm(groups=teams.group_of_agent).to(device)  # statistics per group: rival returns never mix
+    teams.load_weights({"actor": actor, "critic": critic}, value_norm)  # --load-group from an IA2C run: copy it
     optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=args.learning_rate, eps=1e-5)
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
     global_step, start_iteration = 0, 1
@@ -209,7 +222,8 @@ def main(args: Args) -> dict:
                 extras["action_masks"] = mask
             with torch.no_grad():
                 dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
-                action = dist.sample()  # (1, E, N) or (1, E, N, act_dim)
+                action = teams.override(dist.sample()[0], obs, starts, mask)[None]  # (1, E, N[, act_dim]); groups
+                # loaded from another algorithm's run act as that run does
                 logprob = dist.log_prob(action)  # (1, E, N)
                 value, critic_state = critic(extras["critic_inputs"][None], critic_state, starts[None])  # (1, E, N)
             result = envs.step(action[0])  # a torch env keeps it on the device
@@ -252,13 +266,15 @@ def main(args: Args) -> dict:
             next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
             advantages, returns = compute_gae(b["rewards"], values, next_values, b["dones"], b["truncated"],
                                               args.gamma, args.gae_lambda)
-            alive = b["alive"]
+            # Fixed groups (not in --train-groups) act but take no part in any loss or statistic: their zero loss
+            # leaves their weights exactly as they were.
+            learn = b["alive"] * trained  # (T, E, N) live steps of agents whose group learns
             if args.norm_adv:
-                adv_mean = masked_mean(advantages, alive)
-                adv_std = masked_mean((advantages - adv_mean) ** 2, alive).sqrt()
-                advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised over the whole rollout
+                adv_mean = group_mean(advantages, learn, teams.onehot)  # (N,) each group's mean over the rollout
+                adv_std = group_mean((advantages - adv_mean) ** 2, learn, teams.onehot).sqrt()
+                advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised within each group
             if args.value_norm:
-                value_norm.update(returns[alive.bool()])
+                value_norm.update(returns, learn)
             targets = value_norm.normalize(returns) if args.value_norm else returns
 
 # ============================================================================ 7. UPDATE
@@ -268,9 +284,9 @@ def main(args: Args) -> dict:
         new_value, _ = critic(b["critic_inputs"], first_critic_state, b["episode_starts"])  # (T, E, N)
 
         # Policy gradient with the advantage as the weight (Mnih et al. 2016, Algorithm S3)
-        pg_loss = -masked_mean(advantages * new_logprob, alive)
-        v_loss = 0.5 * masked_mean((new_value - targets) ** 2, alive)
-        entropy_loss = masked_mean(entropy, alive)
+        pg_loss = -masked_mean(advantages * new_logprob, learn)
+        v_loss = 0.5 * masked_mean((new_value - targets) ** 2, learn)
+        entropy_loss = masked_mean(entropy, learn)
         loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
 
         optimizer.zero_grad()
@@ -280,24 +296,24 @@ def main(args: Args) -> dict:
         optimizer.step()
         stats = dict(policy_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_loss.item(),
                      grad_norm=grad_norm.item(),
-                     explained_variance=explained_variance(values[alive.bool()], returns[alive.bool()]))
+                     explained_variance=explained_variance(values[learn.bool()], returns[learn.bool()]))
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy, every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, teams.policy(actor), global_step, groups)  # greedy, every --eval-every
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
                                charts={"learning_rate": optimizer.param_groups[0]["lr"]},
-                               console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]})
+                               console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]}, groups=groups)
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, actor, critic, value_norm, optimizer, global_step, iteration,
+                args, teams, actor, critic, value_norm, optimizer, global_step, iteration,
                 (starts, actor_state, critic_state)))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, actor, global_step)
+    recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, groups)
     recorder.save_checkpoint(checkpoint_payload(
-        args, actor, critic, value_norm, optimizer, global_step, args.num_iterations,
+        args, teams, actor, critic, value_norm, optimizer, global_step, args.num_iterations,
         (starts, actor_state, critic_state)))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary

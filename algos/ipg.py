@@ -16,15 +16,16 @@ import torch
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              resume_envs, rng_state, seed_everything, start_or_resume)
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
+                              seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, ValueNorm, explained_variance
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):  # bases last to first: --help lists RunArgs' fields first
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 5_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once); the learning-rate
@@ -61,7 +62,7 @@ class Args(RunArgs):
     """the baseline also sees how far its episode has run (steps since the start, divided by T): a
     return-to-go shrinks as the episode runs out, which the observation does not show"""
     norm_adv: bool = True
-    """normalise the weights (return-to-go minus baseline) to zero mean and unit std over the rollout"""
+    """normalise the weights (return-to-go minus baseline) to zero mean and unit std over the rollout, per group"""
     ent_coef: float = 0.01
     """entropy bonus coefficient"""
     vf_coef: float = 1.0
@@ -70,14 +71,13 @@ class Args(RunArgs):
     """global gradient-norm clip"""
     value_norm: bool = True
     """the baseline predicts returns normalised with running statistics (MAPPO's ValueNorm)"""
-    share_params: bool = True
-    """one policy and one baseline for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
     recurrent: Literal["none", "gru", "lstm"] = "none"
     """recurrent core in policy and baseline (trained on each copy's whole rollout of T steps)"""
     hidden_sizes: Tuple[int, ...] = (64, 64)
     """hidden layer widths of policy and baseline"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation"""
+    # --- policy mapping: --share-params, --agent-groups, --train-groups, --load-group (common.groups.GroupArgs)
 
     @property
     def batch_size(self) -> int:
@@ -97,6 +97,7 @@ def validate(args: Args) -> None:
     if args.bootstrap_cut and not args.baseline:
         raise ConfigError("--bootstrap-cut completes cut episodes with the learned baseline, so it needs "
                           "--baseline; without one, make --num-steps a multiple of the episode length")
+    check_group_args(args)  # --share-params, --load-group (common/groups.py)
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
 
@@ -106,11 +107,12 @@ def build_networks(args: Args, env, device):
     """Decentralised policy on local obs (an image, obs_shape (H, W, C), through a small CNN:
     nets.encoder_for); with --baseline, a decentralised baseline V(o^i) (else None)."""
     action_size = env.n_actions if env.discrete else env.action_dim
+    sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation).to(device)
     # own observation [and the time feature, a second input: see baseline_inputs]
     baseline_shape = (env.obs_shape, (1,)) if args.time_feature else env.obs_shape
-    critic = Critic(baseline_shape, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
+    critic = Critic(baseline_shape, env.n_agents, sets, args.hidden_sizes, args.recurrent,
                     args.activation).to(device) if args.baseline else None
     return actor, critic
 
@@ -154,33 +156,43 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+def group_mean(x: torch.Tensor, mask: torch.Tensor, group_onehot: torch.Tensor) -> torch.Tensor:
+    """Masked mean of x (T, E, N) over each group's agents (group_onehot (N, G)), given to every agent: (N,).
+    Rival teams' weights (a predator's catch is the prey's loss) never share a mean and scale."""
+    return sum(masked_mean(x, mask * g) * g for g in group_onehot.T)  # g (N,): 1 on the group's agents
+
+
 def parameters(actor, critic) -> list:
     """The trained parameters: the policy's, and the baseline's when there is one."""
     return list(actor.parameters()) + (list(critic.parameters()) if critic is not None else [])
 
 
-def checkpoint_payload(args, actor, critic, value_norm, optimizer, global_step, iteration, rollout):
+def learned(actor, critic) -> dict:
+    """The networks by checkpoint key, as --load-group copies them: the policy, and the baseline if any."""
+    return {"actor": actor} if critic is None else {"actor": actor, "critic": critic}
+
+
+def checkpoint_payload(args, teams, actor, critic, value_norm, optimizer, global_step, iteration, rollout):
     """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; `rollout`
     is what the rollout carries into the next iteration (episode starts, recurrent states, steps into
-    each episode)."""
+    each episode); the agents' groups and parameter rows let --load-group take one group's weights out of it."""
     return {"algo": "ipg", "args": args_dict(args), "actor": actor.state_dict(),
             "critic": critic.state_dict() if critic is not None else {}, "value_norm": value_norm.state_dict(),
             "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
-            "rng": rng_state(), "rollout": rollout}
+            "rng": rng_state(), "rollout": rollout, **teams.payload(**learned(actor, critic))}
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's policy, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "ipg", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's policy (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     actor, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
-    return report_greedy_evaluation(args, saved, env, actor, device)
+    return actor
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "ipg", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -190,8 +202,12 @@ def main(args: Args) -> dict:
     envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
+    # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
+    teams = policy_map(args, envs, "ipg", device)  # bad names and unusable runs fail here
+    groups, trained = teams.members, teams.trained  # {name: agents}, (N,) 1 where the agent's group learns
     actor, critic = build_networks(args, envs, device)
-    value_norm = ValueNorm().to(device)
+    value_norm = ValueNorm(groups=teams.group_of_agent).to(device)  # statistics per group: rival returns never mix
+    teams.load_weights(learned(actor, critic), value_norm)  # --load-group from an IPG run: copy it
     optimizer = torch.optim.Adam(parameters(actor, critic), lr=args.learning_rate, eps=1e-5)
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
     global_step, start_iteration = 0, 1
@@ -235,7 +251,8 @@ def main(args: Args) -> dict:
                 extras["action_masks"] = mask
             with torch.no_grad():
                 dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
-                action = dist.sample()  # (1, E, N) or (1, E, N, act_dim)
+                action = teams.override(dist.sample()[0], obs, starts, mask)[None]  # (1, E, N[, act_dim]); groups
+                # loaded from another algorithm's run act as that run does
                 logprob = dist.log_prob(action)  # (1, E, N)
                 value = None  # the baseline V(o_t, tau_t), (1, E, N)
                 if critic is not None:
@@ -276,7 +293,9 @@ def main(args: Args) -> dict:
         t_update = time.time()
         buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
-        alive = b["alive"]
+        # Fixed groups (not in --train-groups) act but take no part in any loss or statistic: their zero loss
+        # leaves their weights exactly as they were.
+        learn = b["alive"] * trained  # (T, E, N) live steps of agents whose group learns
         with torch.no_grad():
             returns = returns_to_go(b["rewards"], b["dones"], b["truncated"], last_value[0], args.gamma)  # (T, E, N)
             weights = returns  # what multiplies grad log pi: G_t, or G_t - V(o_t) with a baseline
@@ -284,12 +303,12 @@ def main(args: Args) -> dict:
                 values = value_norm.denormalize(b["state_values"]) if args.value_norm else b["state_values"]
                 weights = returns - values  # lower variance, same expected gradient (V ignores the action)
                 if args.value_norm:
-                    value_norm.update(returns[alive.bool()])
+                    value_norm.update(returns, learn)
                 targets = value_norm.normalize(returns) if args.value_norm else returns
             if args.norm_adv:
-                w_mean = masked_mean(weights, alive)
-                w_std = masked_mean((weights - w_mean) ** 2, alive).sqrt()
-                weights = (weights - w_mean) / (w_std + 1e-8)  # normalised over the whole rollout
+                w_mean = group_mean(weights, learn, teams.onehot)  # (N,) each group's mean over the rollout
+                w_std = group_mean((weights - w_mean) ** 2, learn, teams.onehot).sqrt()
+                weights = (weights - w_mean) / (w_std + 1e-8)  # normalised within each group
 
 # ============================================================================ 7. UPDATE
         # One gradient step on the whole rollout: every copy's T steps as one sequence, (T, E, N, ...).
@@ -297,13 +316,13 @@ def main(args: Args) -> dict:
         new_logprob, entropy = dist.log_prob(b["actions"]), dist.entropy()  # (T, E, N)
 
         # REINFORCE with returns-to-go (Williams 1992; Sutton and Barto 2018, eq. 13.11)
-        pg_loss = -masked_mean(weights * new_logprob, alive)
-        entropy_loss = masked_mean(entropy, alive)
+        pg_loss = -masked_mean(weights * new_logprob, learn)
+        entropy_loss = masked_mean(entropy, learn)
         loss = pg_loss - args.ent_coef * entropy_loss
         if critic is not None:  # the baseline regresses on the returns-to-go
             inputs = baseline_inputs(b["states"], b["time_fraction"], args.time_feature)
             new_value, _ = critic(inputs, first_critic_state, b["episode_starts"])  # (T, E, N)
-            v_loss = 0.5 * masked_mean((new_value - targets) ** 2, alive)
+            v_loss = 0.5 * masked_mean((new_value - targets) ** 2, learn)
             loss = loss + args.vf_coef * v_loss
 
         optimizer.zero_grad()
@@ -313,24 +332,24 @@ def main(args: Args) -> dict:
         stats = dict(policy_loss=pg_loss.item(), entropy=entropy_loss.item(), grad_norm=grad_norm.item())
         if critic is not None:
             stats = dict(stats, value_loss=v_loss.item(),
-                         explained_variance=explained_variance(values[alive.bool()], returns[alive.bool()]))
+                         explained_variance=explained_variance(values[learn.bool()], returns[learn.bool()]))
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy, every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, teams.policy(actor), global_step, groups)  # greedy, every --eval-every
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
-                               charts={"learning_rate": optimizer.param_groups[0]["lr"]},
+                               charts={"learning_rate": optimizer.param_groups[0]["lr"]}, groups=groups,
                                console={"value_loss": stats.get("value_loss"), "entropy": stats["entropy"]})
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, actor, critic, value_norm, optimizer, global_step, iteration,
+                args, teams, actor, critic, value_norm, optimizer, global_step, iteration,
                 (starts, actor_state, critic_state, elapsed)))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, actor, global_step)
+    recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, groups)
     recorder.save_checkpoint(checkpoint_payload(
-        args, actor, critic, value_norm, optimizer, global_step, args.num_iterations,
+        args, teams, actor, critic, value_norm, optimizer, global_step, args.num_iterations,
         (starts, actor_state, critic_state, elapsed)))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary

@@ -5,8 +5,8 @@ de Witt et al. 2020, arXiv:2011.09533).
 The same file as MATRPO except the critic: each agent's value is learned from its own
 observation only. The actor moves by one natural-gradient step per rollout (conjugate gradient
 on Fisher-vector products), shrunk by a backtracking line search until the KL to the rollout's
-policy is within --max-kl and the surrogate improved; with --no-share-params every agent has its
-own trust region. Run:
+policy is within --max-kl and the surrogate improved; every parameter set (one per agent with
+--share-params none, one per group with group) has its own trust region. Run:
 
     python algos/itrpo.py --env simple_spread
 """
@@ -21,15 +21,16 @@ from torch.func import functional_call
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              resume_envs, rng_state, seed_everything, start_or_resume)
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
+                              seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, MaskedCategorical, ValueNorm, explained_variance
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):  # bases last to first: --help lists RunArgs' fields first
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 5_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
@@ -75,9 +76,6 @@ class Args(RunArgs):
     """gradient-norm clip of the critic"""
     value_norm: bool = True
     """normalise value targets with running statistics (MAPPO's ValueNorm)"""
-    share_params: bool = True
-    """one actor and one critic for all agents (with an agent-id one-hot, one trust region); --no-share-params:
-    one per agent, each with its own trust region, all solved together"""
     recurrent: Literal["none", "gru", "lstm"] = "none"
     """recurrent core in actor and critic"""
     chunk_len: int = 25
@@ -86,6 +84,8 @@ class Args(RunArgs):
     """hidden layer widths of actor and critic"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation"""
+    # --- policy mapping: --share-params (every parameter set of the actor has its own trust region, all solved
+    # together), --agent-groups, --train-groups, --load-group (common.groups.GroupArgs)
 
     @property
     def batch_size(self) -> int:
@@ -111,6 +111,7 @@ def validate(args: Args) -> None:
                           f"{'sequence chunks' if args.recurrent != 'none' else 'env steps'} per rollout)")
     if args.max_kl <= 0 or not 0 < args.backtrack_coef < 1:
         raise ConfigError("--max-kl must be positive and --backtrack-coef in (0, 1)")
+    check_group_args(args)  # --share-params, --load-group (common/groups.py)
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
 
@@ -120,9 +121,10 @@ def build_networks(args: Args, env, device):
     """Decentralised actor and decentralised critic, both on each agent's own observation (an image,
     obs_shape (H, W, C), through a small CNN: nets.encoder_for)."""
     action_size = env.n_actions if env.discrete else env.action_dim
+    sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
-    critic = Critic(env.obs_shape, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
+                  sets, args.hidden_sizes, args.recurrent, args.activation).to(device)
+    critic = Critic(env.obs_shape, env.n_agents, sets, args.hidden_sizes, args.recurrent,
                     args.activation).to(device)
     return actor, critic
 
@@ -164,18 +166,40 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def flat_params(actor, groups: int) -> torch.Tensor:
-    """The actor's parameters as one (G, P) matrix. G = N with separate parameters: every tensor has the
-    agent axis first (stacked nets.AgentLinear weights, the per-agent log-std), so row n is all of agent n's."""
-    return torch.cat([p.detach().reshape(groups, -1) for p in actor.parameters()], dim=1)
+def group_mean(x: torch.Tensor, mask: torch.Tensor, group_onehot: torch.Tensor) -> torch.Tensor:
+    """Masked mean of x (T, E, N) over each group's agents (group_onehot (N, G)), given to every agent: (N,).
+    Rival teams' advantages (a predator's catch is the prey's loss) never share a mean and scale."""
+    return sum(masked_mean(x, mask * g) * g for g in group_onehot.T)  # g (N,): 1 on the group's agents
+
+
+def set_rows(actor) -> dict:
+    """{name: (G, c)}: the rows (first axis) of every actor parameter that each of its G parameter sets owns. A
+    stacked nets.AgentLinear's row g is set g's; the per-agent log-std's rows go to their agents' sets (padded with
+    the index of an extra row of zeros where a set has fewer agents); with one set for all, every row is set 0's."""
+    sets, agent_rows, index = actor.net.set_of_agent.tolist(), actor.agent_rows(), {}  # row agent n uses, or None
+    for name, p in actor.named_parameters():
+        rows = agent_rows[name]
+        owner = dict.fromkeys(range(len(p)), 0) if rows is None else dict(zip(rows.tolist(), sets))  # row -> set
+        owned = [[r for r, s in owner.items() if s == g] for g in range(actor.net.n_sets)]
+        width = max(map(len, owned))
+        index[name] = torch.tensor([o + [len(p)] * (width - len(o)) for o in owned], device=p.device)
+    return index
+
+
+def flat_params(actor) -> torch.Tensor:
+    """The actor's parameters as one (G, P) matrix, row g all of parameter set g's (set_rows): G = 1 with one
+    set for every agent, N with one per agent, the number of groups with one per group."""
+    return torch.cat([torch.cat([p.detach(), p.new_zeros(1, *p.shape[1:])])[index].flatten(1)
+                      for p, index in zip(actor.parameters(), set_rows(actor).values())], dim=1)
 
 
 def as_param_dict(actor, theta: torch.Tensor) -> dict:
     """(G, P) -> {name: tensor shaped as that parameter}: the inverse of flat_params, for functional_call."""
     params, start = {}, 0
-    for name, p in actor.named_parameters():
-        size = p.numel() // theta.shape[0]
-        params[name] = theta[:, start:start + size].reshape(p.shape)
+    for (name, p), index in zip(actor.named_parameters(), set_rows(actor).values()):
+        size = index.shape[1] * p[0].numel()
+        rows = theta[:, start:start + size].reshape(-1, *p.shape[1:])  # set 0's rows, then set 1's, ...
+        params[name] = rows[index.flatten().argsort()[:len(p)]]  # in the parameter's row order, padding dropped
         start += size
     return params
 
@@ -187,22 +211,22 @@ def policy_kl(old, new) -> torch.Tensor:
     return (kl_divergence(old.normal, new.normal) * old.dim_mask).sum(-1)  # the agent's real dimensions
 
 
-def group_mean(x: torch.Tensor, mask: torch.Tensor, groups: int) -> torch.Tensor:
-    """(L, B, N) -> (G,): the masked mean over each agent's steps (G = N) or over all of them (G = 1)."""
-    if groups == 1:
+def set_mean(x: torch.Tensor, mask: torch.Tensor, sets: torch.Tensor) -> torch.Tensor:
+    """(L, B, N) -> (G,): the masked mean over the steps of the agents using each parameter set (sets (N, G))."""
+    if sets.shape[1] == 1:
         return masked_mean(x, mask)[None]
-    return (x * mask).sum((0, 1)) / mask.sum((0, 1)).clamp(min=1.0)
+    return ((x * mask).sum((0, 1)) @ sets) / (mask.sum((0, 1)) @ sets).clamp(min=1.0)
 
 
-def surrogate_and_kl(actor, theta, d, a_state, old_dist, groups: int):
+def surrogate_and_kl(actor, theta, d, a_state, old_dist):
     """TRPO's objective and constraint at parameters theta (G, P), each (G,): the surrogate
     mean_alive[rho * A] (Schulman et al. 2015, eq. 14, with rho = pi_theta / pi_old) and
-    mean_alive[KL(pi_old || pi_theta)], the mean over the rollout's live agent steps."""
+    mean_alive[KL(pi_old || pi_theta)], the mean over the live steps of the agents using that set."""
     dist, _ = functional_call(actor, as_param_dict(actor, theta),
                               (d["states"], a_state, d["episode_starts"], d.get("action_masks")))
     ratio = (dist.log_prob(d["actions"]) - d["log_probs"]).exp()  # (L, B, N)
-    return (group_mean(ratio * d["advantages"], d["alive"], groups),
-            group_mean(policy_kl(old_dist, dist), d["alive"], groups))
+    sets = torch.nn.functional.one_hot(actor.net.set_of_agent, theta.shape[0]).to(ratio.dtype)  # (N, G)
+    return (set_mean(ratio * d["advantages"], d["alive"], sets), set_mean(policy_kl(old_dist, dist), d["alive"], sets))
 
 
 def conjugate_gradient(Avp, b: torch.Tensor, iters: int, tol: float = 1e-10) -> torch.Tensor:
@@ -229,16 +253,16 @@ def fisher_vector_product(kl_grad: torch.Tensor, theta: torch.Tensor, v: torch.T
     return torch.autograd.grad((kl_grad * v).sum(), theta, retain_graph=True)[0] + damping * v
 
 
-def trpo_step(actor, d, a_state, groups: int, max_kl: float, damping: float, cg_iters: int,
+def trpo_step(actor, d, a_state, max_kl: float, damping: float, cg_iters: int,
               backtrack_coef: float, backtrack_iters: int) -> dict:
     """One TRPO update of the actor on the rollout d (Schulman et al. 2015, Appendix C). Every
-    parameter group (each agent with separate parameters) gets its own natural-gradient
-    direction, step size and line search, all computed together. Returns the step's statistics."""
-    theta_old = flat_params(actor, groups)  # (G, P)
+    parameter set (each agent's, or each group's) gets its own natural-gradient direction, step
+    size and line search, all computed together. Returns the step's statistics."""
+    theta_old = flat_params(actor)  # (G, P)
     with torch.no_grad():
         old_dist, _ = actor(d["states"], a_state, d["episode_starts"], d.get("action_masks"))
     theta = theta_old.clone().requires_grad_(True)
-    surrogate, kl = surrogate_and_kl(actor, theta, d, a_state, old_dist, groups)  # (G,) each
+    surrogate, kl = surrogate_and_kl(actor, theta, d, a_state, old_dist)  # (G,) each
     grad = torch.autograd.grad(surrogate.sum(), theta, retain_graph=True)[0]  # (G, P)
     kl_grad = torch.autograd.grad(kl.sum(), theta, create_graph=True)[0]  # (G, P), zero here; its derivative is F
     fvp = partial(fisher_vector_product, kl_grad, theta, damping=damping)
@@ -246,15 +270,17 @@ def trpo_step(actor, d, a_state, groups: int, max_kl: float, damping: float, cg_
     # Scale so that the quadratic model of the KL, 0.5 * s^T F s, equals max_kl
     full_step = direction * (2 * max_kl / (direction * fvp(direction)).sum(-1, keepdim=True).clamp(min=1e-12)).sqrt()
     # Backtracking line search: each group takes the largest fraction of its step whose true KL is
-    # within the limit and whose surrogate improved; a group with no such fraction stays where it is.
-    fraction = torch.zeros(groups, 1, device=theta_old.device)  # (G, 1), 0 = no step
+    # within the limit and whose surrogate improved; a set with no such fraction stays where it is, as does a set
+    # without gradient (fixed groups' sets: no live step of a learning agent): its direction is exactly 0.
+    fraction = torch.zeros(len(theta_old), 1, device=theta_old.device)  # (G, 1), 0 = no step
+    moving = grad.abs().sum(-1) > 0  # (G,)
     with torch.no_grad():
         for k in range(backtrack_iters):
             new_surrogate, new_kl = surrogate_and_kl(actor, theta_old + backtrack_coef**k * full_step, d, a_state,
-                                                     old_dist, groups)
+                                                     old_dist)
             accept = (new_kl <= max_kl) & (new_surrogate > surrogate) & (fraction[:, 0] == 0)
             fraction[accept] = backtrack_coef**k
-            if bool((fraction > 0).all()):
+            if bool((fraction[:, 0] > 0)[moving].all()):
                 break
         for p, value in zip(actor.parameters(), as_param_dict(actor, theta_old + fraction * full_step).values()):
             p.copy_(value)
@@ -264,26 +290,27 @@ def trpo_step(actor, d, a_state, groups: int, max_kl: float, damping: float, cg_
                 kl=masked_mean(policy_kl(old_dist, dist), d["alive"]).item(), step_fraction=fraction.mean().item())
 
 
-def checkpoint_payload(args, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration, rollout):
-    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; `rollout`
-    is what the rollout carries into the next iteration (episode starts, recurrent states)."""
+def checkpoint_payload(args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration, rollout):
+    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; the
+    agents' groups and parameter rows let --load-group take one group's weights out of it. `rollout`:
+    what the rollout carries into the next iteration (episode starts, recurrent states)."""
     return {"algo": "itrpo", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "value_norm": value_norm.state_dict(), "optimizer": optimizer.state_dict(), "global_step": global_step,
-            "iteration": iteration, "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state(), "rollout": rollout}
+            "iteration": iteration, "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state(), "rollout": rollout,
+            **teams.payload(actor=actor, critic=critic)}
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's actor, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "itrpo", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's acting network (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     actor, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
-    return report_greedy_evaluation(args, saved, env, actor, device)
+    return actor
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "itrpo", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -293,8 +320,12 @@ def main(args: Args) -> dict:
     envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
+    # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
+    teams = policy_map(args, envs, "itrpo", device)  # bad names and unusable runs fail here
+    groups, trained = teams.members, teams.trained  # {name: agents}, (N,) 1 where the agent's group learns
     actor, critic = build_networks(args, envs, device)
-    value_norm = ValueNorm().to(device)
+    value_norm = ValueNorm(groups=teams.group_of_agent).to(device)  # statistics per group: rival returns never mix
+    teams.load_weights({"actor": actor, "critic": critic}, value_norm)  # --load-group from an ITRPO run: copy it
     # Only the critic has an optimiser: the actor moves by trust-region steps (section 7).
     optimizer = torch.optim.Adam(critic.parameters(), lr=args.learning_rate, eps=1e-5)
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
@@ -310,7 +341,6 @@ def main(args: Args) -> dict:
         global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
         shuffle_gen.set_state(ckpt["shuffle_rng"])
     L = args.chunk_len if args.recurrent != "none" else 1
-    G = 1 if args.share_params else N  # parameter groups, each with its own trust region
 
     obs_np, state_np, mask_np, restored = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where they were
     obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
@@ -344,7 +374,8 @@ def main(args: Args) -> dict:
                 extras["action_masks"] = mask
             with torch.no_grad():
                 dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
-                action = dist.sample()  # (1, E, N) or (1, E, N, act_dim)
+                action = teams.override(dist.sample()[0], obs, starts, mask)[None]  # (1, E, N[, act_dim]); groups
+                # loaded from another algorithm's run act as that run does
                 logprob = dist.log_prob(action)  # (1, E, N)
                 value, critic_state = critic(extras["critic_inputs"][None], critic_state, starts[None])  # (1, E, N)
             result = envs.step(action[0])  # a torch env keeps it on the device
@@ -387,16 +418,19 @@ def main(args: Args) -> dict:
             next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
             advantages, returns = compute_gae(b["rewards"], values, next_values, b["dones"], b["truncated"],
                                               args.gamma, args.gae_lambda)
-            alive = b["alive"]
-            adv_mean = masked_mean(advantages, alive)
-            adv_std = masked_mean((advantages - adv_mean) ** 2, alive).sqrt()
-            advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised over the whole rollout
+            # Fixed groups (not in --train-groups) act but take no part in any loss or statistic: their sets
+            # get no trust-region step and their critic rows no gradient, so their weights stay as they were.
+            learn = b["alive"] * trained  # (T, E, N) live steps of agents whose group learns
+            adv_mean = group_mean(advantages, learn, teams.onehot)  # (N,) each group's mean over the rollout
+            adv_std = group_mean((advantages - adv_mean) ** 2, learn, teams.onehot).sqrt()
+            advantages = (advantages - adv_mean) / (adv_std + 1e-8) * trained  # normalised within each group
             if args.value_norm:
-                value_norm.update(returns[alive.bool()])
+                value_norm.update(returns, learn)
             targets = value_norm.normalize(returns) if args.value_norm else returns
         # Lay the rollout out as (L, S, N, ...): S sequences of L steps (L = 1 without recurrence).
         data = {k: to_chunks(v, L) for k, v in b.items() if not k.startswith("prev_")}
-        data.update(advantages=to_chunks(advantages, L), targets=to_chunks(targets, L))
+        data.update(advantages=to_chunks(advantages, L), targets=to_chunks(targets, L),
+                    alive=to_chunks(learn, L))  # the update's mask: fixed groups' steps count as dead
         # Recurrent states stored at each chunk's first step restart the sequences: (S, N, H).
         init_states = {k: v[::L].reshape(-1, N, v.shape[-1]) for k, v in b.items() if k.startswith("prev_")}
         S = data["rewards"].shape[1]
@@ -407,7 +441,7 @@ def main(args: Args) -> dict:
         if args.recurrent != "none":
             a_state = (init_states["prev_hidden_states"],) + (
                 (init_states["prev_cell_states"],) if args.recurrent == "lstm" else ())
-        actor_stats = trpo_step(actor, data, a_state, G, args.max_kl, args.cg_damping, args.cg_iters,
+        actor_stats = trpo_step(actor, data, a_state, args.max_kl, args.cg_damping, args.cg_iters,
                                 args.backtrack_coef, args.backtrack_iters)
         # The critic: regression on the value targets, --update-epochs passes of --num-minibatches.
         for epoch in range(args.update_epochs):
@@ -434,24 +468,24 @@ def main(args: Args) -> dict:
                 optimizer.step()
         stats = dict(policy_loss=actor_stats["policy_loss"], value_loss=v_loss.item(), entropy=actor_stats["entropy"],
                      kl=actor_stats["kl"], step_fraction=actor_stats["step_fraction"], grad_norm=grad_norm.item(),
-                     explained_variance=explained_variance(values[alive.bool()], returns[alive.bool()]))
+                     explained_variance=explained_variance(values[learn.bool()], returns[learn.bool()]))
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy, every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, teams.policy(actor), global_step, groups)  # greedy, every --eval-every
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
-                               charts={"learning_rate": optimizer.param_groups[0]["lr"]},
+                               charts={"learning_rate": optimizer.param_groups[0]["lr"]}, groups=groups,
                                console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]})
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration,
+                args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, iteration,
                 (starts, actor_state, critic_state)))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, actor, global_step)
+    recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, groups)
     recorder.save_checkpoint(checkpoint_payload(
-        args, actor, critic, value_norm, optimizer, shuffle_gen, global_step, args.num_iterations,
+        args, teams, actor, critic, value_norm, optimizer, shuffle_gen, global_step, args.num_iterations,
         (starts, actor_state, critic_state)))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary

@@ -420,10 +420,12 @@ def load_group(path: str, group: str, agents: Sequence[str], groups: Sequence[st
                                   f"{'here' if rows is None else 'in that run'} (--share-params all, or MAPPO's "
                                   "--share-critic for the critic), so no group's part can be copied; groups need "
                                   "--share-params group or none in both (with --share-critic here, only the actor loads)")
-            src = state[name]
+            # A set's part of a tensor: its row, or its block of rows (a grouped convolution's filters).
+            sets, sets_src = int(rows.max()) + 1, int(rows_src.max()) + 1
+            src, param = state[name].view(sets_src, -1, *state[name].shape[1:]), param.view(sets, -1, *param.shape[1:])
             if src.shape[1:] != param.shape[1:]:
-                raise ConfigError(f"--load-group {group}={path}: {key} parameter {name} is {tuple(src.shape[1:])} "
-                                  f"there and {tuple(param.shape[1:])} here; build both alike: --hidden-sizes, "
+                raise ConfigError(f"--load-group {group}={path}: {key} parameter {name} is {tuple(src.shape[2:])} "
+                                  f"there and {tuple(param.shape[2:])} here; build both alike: --hidden-sizes, "
                                   "--recurrent, critic input, and --share-params (a set serving several agents also "
                                   "reads the agent-id one-hot)")
             copied = {}

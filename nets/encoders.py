@@ -48,10 +48,13 @@ class CNNEncoder(nn.Module):
     average pooling down to at most MAX_CELLS a side, a linear layer and a ReLU.
 
     n_agents given: separate weights per agent, as grouped convolutions (one group per agent) and
-    an `AgentLinear`, so all agents still run in one batched call.
+    an `AgentLinear`, so all agents still run in one batched call. With set_of_agent, n_agents is
+    the number of parameter sets and agent n uses set set_of_agent[n] (a team's agents share
+    filters): each agent's filters are gathered from its set's, still one grouped call.
     """
 
-    def __init__(self, in_shape: Sequence[int], feature_dim: int = 128, n_agents: Optional[int] = None):
+    def __init__(self, in_shape: Sequence[int], feature_dim: int = 128, n_agents: Optional[int] = None,
+                 set_of_agent: Optional[Sequence[int]] = None):
         super().__init__()
         H, W, C = (int(v) for v in in_shape)
         self.in_shape, self.n_agents, self.out_dim = (H, W, C), n_agents, feature_dim
@@ -75,7 +78,9 @@ class CNNEncoder(nn.Module):
                 nn.init.zeros_(layer.bias)
         self.convs = nn.Sequential(*layers)
         self.flat_dim = ch * h * w
-        self.fc = make_linear(self.flat_dim, feature_dim, n_agents)
+        self.fc = make_linear(self.flat_dim, feature_dim, n_agents, set_of_agent=set_of_agent)
+        self.register_buffer("set_of_agent", None if set_of_agent is None else torch.as_tensor(list(set_of_agent)),
+                             persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         H, W, C = self.in_shape
@@ -88,9 +93,23 @@ class CNNEncoder(nn.Module):
             h = self.convs(x.reshape(-1, H, W, C).permute(0, 3, 1, 2))  # (B * N, ch, h, w)
             h = h.reshape(-1, N, self.flat_dim)  # (B, N, flat)
         else:  # one group of channels per agent
-            h = self.convs(x.permute(0, 1, 4, 2, 3).reshape(-1, N * C, H, W))  # (B, N * ch, h, w)
+            h = x.permute(0, 1, 4, 2, 3).reshape(-1, N * C, H, W)  # (B, N * C, H, W)
+            h = self.convs(h) if self.set_of_agent is None else self._per_agent(h, N)  # (B, N * ch, h, w)
             h = h.reshape(-1, N, self.flat_dim)  # (B, N, flat): group n is agent n's channels
         return torch.relu(self.fc(h)).reshape(*lead, N, self.out_dim)  # (..., N, feature_dim)
+
+    def _per_agent(self, h: torch.Tensor, N: int) -> torch.Tensor:
+        """The convolutions with agent n's filters taken from its set's: (B, N * C, H, W) in."""
+        sets = self.set_of_agent
+        for layer in self.convs:
+            if isinstance(layer, nn.Conv2d):
+                G = self.n_agents
+                weight = layer.weight.view(G, -1, *layer.weight.shape[1:])[sets].flatten(0, 1)  # (N * out, in, k, k)
+                bias = layer.bias.view(G, -1)[sets].flatten()
+                h = nn.functional.conv2d(h, weight, bias, layer.stride, layer.padding, groups=N)
+            else:
+                h = layer(h)
+        return h
 
 
 class MultiEncoder(nn.Module):
@@ -105,9 +124,9 @@ class MultiEncoder(nn.Module):
     """
 
     def __init__(self, shapes: Sequence[Union[int, Sequence[int]]], n_agents: Optional[int] = None,
-                 feature_dim: int = 128):
+                 feature_dim: int = 128, set_of_agent: Optional[Sequence[int]] = None):
         super().__init__()
-        self.parts = nn.ModuleList(encoder_for(shape, n_agents, feature_dim) for shape in shapes)
+        self.parts = nn.ModuleList(encoder_for(shape, n_agents, feature_dim, set_of_agent) for shape in shapes)
         self.out_dim = sum(part.out_dim for part in self.parts)
 
     def forward(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -117,18 +136,19 @@ class MultiEncoder(nn.Module):
         return torch.cat([part(x) for part, x in zip(self.parts, xs)], dim=-1)  # (..., N, out_dim)
 
 
-def encoder_for(in_shape, n_agents: Optional[int] = None, feature_dim: int = 128) -> nn.Module:
+def encoder_for(in_shape, n_agents: Optional[int] = None, feature_dim: int = 128,
+                set_of_agent: Optional[Sequence[int]] = None) -> nn.Module:
     """The encoder an input shape needs: an int or (D,) -> FlatEncoder; (H, W, C) -> CNNEncoder;
     a tuple of shapes, each itself a tuple, ((H, W, C), (D,)) -> MultiEncoder (several inputs, given
     as a tuple of tensors). Its `out_dim` is the width of what it returns. Any other shape fails,
     naming it."""
     if not isinstance(in_shape, int) and len(in_shape) and all(isinstance(v, (tuple, list)) for v in in_shape):
-        return MultiEncoder(in_shape, n_agents, feature_dim)
+        return MultiEncoder(in_shape, n_agents, feature_dim, set_of_agent)
     shape = (in_shape,) if isinstance(in_shape, int) else tuple(int(v) for v in in_shape)
     if len(shape) == 1:
         return FlatEncoder(shape[0])
     if len(shape) == 3:
-        return CNNEncoder(shape, feature_dim, n_agents)
+        return CNNEncoder(shape, feature_dim, n_agents, set_of_agent)
     raise ValueError(f"no encoder for inputs of shape {shape}: accepted are flat vectors (D,), images "
                      "(H, W, C), and a tuple of such shapes for several inputs")
 

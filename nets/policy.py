@@ -62,10 +62,7 @@ class AgentNet(nn.Module):
         self.agent_id_input = self.n_sets < n_agents or shared  # a set serves several agents: tell them apart
         sep = None if shared else self.n_sets
         index = None if shared or param_groups == list(range(n_agents)) else param_groups
-        self.encoder = encoder_for(in_dim, sep)
-        if index is not None and any(True for _ in self.encoder.parameters()):
-            raise ValueError("parameter groups (--share-params group) take flat observations only for now; "
-                             f"got the image shape {tuple(in_dim)}: use --share-params all or none")
+        self.encoder = encoder_for(in_dim, sep, set_of_agent=index)
         body_in = self.encoder.out_dim + extra_dim + (n_agents if self.agent_id_input else 0)
         self.body = MLP(body_in, hidden_sizes, None, sep, activation, set_of_agent=index)
         last = self.body.out_dim

@@ -20,7 +20,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = {"ipg": ipg, "ia2c": ia2c, "maa2c": maa2c}
 A2C = [ia2c, maa2c]
 SUMMARY_KEYS = {"algo", "env", "seed", "status", "global_step", "wall_time_s", "sps", "eval_return_mean",
-                "eval_return_std", "eval_episodes", "eval_policy", "eval_history", "run_dir", "final_losses"}
+                "eval_return_std", "eval_episodes", "eval_policy", "eval_history", "run_dir", "final_losses",
+                "eval_group_returns"}
 LOSS_KEYS = {"policy_loss", "value_loss", "entropy", "grad_norm", "explained_variance"}
 GAMMA = 0.9
 
@@ -155,14 +156,14 @@ def check_summary(summary, algo, args, loss_keys=LOSS_KEYS):
 
 # (algo, env settings, share_params, recurrent): both envs, both action kinds, every core, per algorithm
 SMOKE = [(name, env, share, rec) for name, runs in {
-    "ipg": [({}, True, "none"), (CONTINUOUS, False, "gru"), ({}, False, "lstm")],
-    "ia2c": [({}, True, "lstm"), (CONTINUOUS, False, "none"), (CONTINUOUS, True, "gru")],
-    "maa2c": [({}, True, "none"), (CONTINUOUS, True, "lstm"), ({}, False, "gru")],
+    "ipg": [({}, "all", "none"), (CONTINUOUS, "none", "gru"), ({}, "none", "lstm")],
+    "ia2c": [({}, "all", "lstm"), (CONTINUOUS, "none", "none"), (CONTINUOUS, "all", "gru")],
+    "maa2c": [({}, "all", "none"), (CONTINUOUS, "all", "lstm"), ({}, "none", "gru")],
 }.items() for env, share, rec in runs]
 
 
 @pytest.mark.parametrize("algo,env,share_params,recurrent", SMOKE,
-                         ids=[f"{a}-{'cont' if e else 'disc'}-{'shared' if s else 'separate'}-{r}"
+                         ids=[f"{a}-{'cont' if e else 'disc'}-{s}-{r}"
                               for a, e, s, r in SMOKE])
 def test_smoke(small, algo, env, share_params, recurrent):
     args = small(ALGOS[algo], share_params=share_params, recurrent=recurrent, **env)
@@ -194,11 +195,11 @@ def test_ipg_without_baseline(small):
 
 
 def test_ipg_baseline_sees_the_time_feature(small):
-    summary = ipg.main(small(ipg, share_params=False))
+    summary = ipg.main(small(ipg, share_params="none"))
     ckpt = torch.load(os.path.join(summary["run_dir"], "checkpoint.pt"), weights_only=True)
     first = next(k for k in ckpt["critic"] if k.endswith("weight"))
     assert ckpt["critic"][first].shape[-2] == 18 + 1  # (N, in, out): own observation + elapsed fraction
-    summary = ipg.main(small(ipg, share_params=False, time_feature=False))
+    summary = ipg.main(small(ipg, share_params="none", time_feature=False))
     ckpt = torch.load(os.path.join(summary["run_dir"], "checkpoint.pt"), weights_only=True)
     assert ckpt["critic"][first].shape[-2] == 18
 
@@ -238,9 +239,7 @@ def test_a2c_equals_ppo_with_one_epoch_and_one_minibatch(small, a2c, ppo, recurr
     hence grad_norm; policy_loss differs only by a constant). Episodes of 3 steps end inside
     the 5-step rollouts, so truncation bootstrapping and recurrent resets are compared too."""
     a2c_args = small(a2c, env_kwargs=("max_cycles=3",), recurrent=recurrent, learning_rate=0.01, total_timesteps=30)
-    # gamma, ...; not share_params: A2C's boolean (default on) is PPO's "all" (the default)
-    shared = {f: getattr(a2c_args, f) for f in field_names(a2c.Args) if f in field_names(ppo.Args)
-              and f != "share_params"}
+    shared = {f: getattr(a2c_args, f) for f in field_names(a2c.Args) if f in field_names(ppo.Args)}  # gamma, ...
     a = a2c.main(a2c_args)
     p = ppo.main(small(ppo, **shared, update_epochs=1, num_minibatches=1, chunk_len=5))
     for key in ("value_loss", "entropy", "grad_norm", "explained_variance"):

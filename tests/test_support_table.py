@@ -270,3 +270,34 @@ def test_cell_holds(family, algo, tmp_path, tmp_path_factory):
             carrier_adapter, carrier_props = describe(*carrier)  # it really has what it stands for
             assert carrier_adapter == adapter and carrier[2] == kind and (prop is None or prop in carrier_props)
             check_works(algo, carrier, tmp_path_factory)
+
+
+# ---------------------------------------------------------------------------- the groups and loading columns
+@pytest.mark.parametrize("family", list(INSTANCES))
+def test_groups_and_loading_hold(family, tmp_path):
+    """The last two columns: on the family's first env a run trains one group and keeps the other
+    fixed (IA2C, --share-params group --train-groups), and a MAPPO run loads that trained group from
+    it (another algorithm's run: the group acts as that run)."""
+    skip_if_missing(family)
+    assert all(cell.startswith("works") for cell in ROWS[family][-2:]), ROWS[family][-2:]
+    assert not any(COLUMNS[-2:]), "the last two columns are the groups and loading columns, for every algorithm"
+    name, env_kwargs, kind = next((i for i in INSTANCES[family] if i[2] == D), INSTANCES[family][0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        agents = make_instance(name, env_kwargs, kind).agents
+    split = () if len({re.sub(r"_\d+$", "", a) for a in agents}) > 1 else (f"{agents[0]}=lead",)
+    first = "lead" if split else re.sub(r"_\d+$", "", agents[0])
+    runs = {}
+    for algo, extra in (("ia2c", {"train_groups": (first,)}), ("mappo", {"load_group": None})):
+        module = importlib.import_module(f"algos.{algo}")
+        fields = {f.name for f in dataclasses.fields(module.Args)}
+        if algo == "mappo":
+            extra = {"load_group": (f"{first}={runs['ia2c']['run_dir']}",)}
+        args = make_args(module.Args, env=name, env_kwargs=env_kwargs, run_dir=str(tmp_path / algo),
+                         share_params="group", agent_groups=split, **extra,
+                         **{k: v for k, v in TINY.items() if k in fields})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            runs[algo] = module.main(args)
+        assert all(math.isfinite(v) for k, v in runs[algo]["final_losses"].items() if k != "explained_variance")
+        assert first in runs[algo]["eval_group_returns"] and len(runs[algo]["eval_group_returns"]) >= 2
