@@ -21,15 +21,16 @@ import torch.nn.functional as F
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              resume_envs, rng_state, seed_everything, start_or_resume)
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
+                              seed_everything, start_or_resume)
 from envs import discrete_hint, make_env, parse_env_kwargs
 from nets import Actor, AgentNet, MaskedCategorical, ValueNorm, explained_variance
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 5_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
@@ -64,8 +65,8 @@ class Args(RunArgs):
     target_update_interval: int = 1
     """critic gradient steps between target updates (hard copies: --tau 1 --target-update-interval 100)"""
     norm_adv: bool = True
-    """normalise advantages to zero mean and unit std over the rollout (live agent-steps); off, they stay in
-    the critic's units (ValueNorm units with --value-norm), where they are tiny next to the entropy bonus"""
+    """normalise advantages to zero mean and unit std over the rollout (each team's live agent-steps); off, in
+    the critic's units (ValueNorm units with --value-norm) they are tiny next to the entropy bonus"""
     ent_coef: float = 0.01
     """entropy bonus coefficient (on the actor's own policy, not the epsilon mix)"""
     eps_start: float = 0.5
@@ -80,8 +81,6 @@ class Args(RunArgs):
     """gradient-norm clip, applied to actor and critic separately"""
     value_norm: bool = True
     """the critic predicts Q in units normalised by running statistics of its targets (MAPPO's ValueNorm)"""
-    share_params: bool = True
-    """one actor and one critic for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
     recurrent: Literal["none", "gru", "lstm"] = "none"
     """recurrent core in the actor (trained on each copy's whole rollout); the critic sees the state and stays
     feed-forward"""
@@ -105,6 +104,7 @@ class Args(RunArgs):
 
 def validate(args: Args, env=None) -> None:
     """Reject option combinations that cannot work, saying what is accepted."""
+    check_group_args(args)
     for name in ("num_envs", "num_steps", "critic_epochs", "target_update_interval", "eval_episodes",
                  "eval_num_envs", "total_timesteps"):
         if getattr(args, name) < 1:
@@ -134,13 +134,14 @@ def build_networks(args: Args, env, device):
     """Decentralised actor on local obs; centralised Q critic on (state, own obs, others' actions). Image
     observations (obs_shape (H, W, C)) and an image state each get a small CNN (nets.encoder_for) before
     the actions join them."""
+    sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = Actor(env.obs_shape, env.n_agents, True, env.n_actions, torch.as_tensor(env.action_dim_mask),
-                  args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation).to(device)
     # One output per own action: Q_i(s, (a_-i, a)) for every a in a single forward pass. The small
     # output gain starts Q nearly equal for all own actions, so no action is favoured before data says so.
     state_in = env.state_shape if len(env.state_shape) == 3 else (env.state_dim,)  # an image state, or flat
     critic_in = (state_in, env.obs_shape, (env.n_agents * env.n_actions,))  # three inputs: see critic_inputs
-    critic = AgentNet(critic_in, env.n_actions, env.n_agents, args.share_params, args.critic_hidden_sizes, "none",
+    critic = AgentNet(critic_in, env.n_actions, env.n_agents, sets, args.critic_hidden_sizes, "none",
                       out_gain=0.01, activation=args.activation).to(device)
     return actor, critic
 
@@ -170,6 +171,11 @@ def counterfactual_advantage(q: torch.Tensor, probs: torch.Tensor, actions: torc
     q_taken = q.gather(-1, actions[..., None]).squeeze(-1)  # (..., N)
     baseline = (probs * q).sum(-1)  # (..., N)
     return q_taken - baseline
+
+
+def team_of_agents(learning, n_agents: int) -> torch.Tensor:
+    """(N,) every agent's team, its index in `learning`; 0 for fixed groups' agents, whose losses are masked."""
+    return torch.as_tensor([next((k for k, m in enumerate(learning) if n in m), 0) for n in range(n_agents)])
 
 
 def epsilon_at(args: Args, global_step: int) -> float:
@@ -228,29 +234,29 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def checkpoint_payload(args, actor, critic, target_critic, value_norm, actor_optimizer, critic_optimizer,
+def checkpoint_payload(args, teams, actor, critic, target_critic, value_norm, actor_optimizer, critic_optimizer,
                        shuffle_gen, global_step, iteration, critic_updates, rollout):
-    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; `rollout`
-    is what the rollout carries into the next iteration (episode starts, the actor's recurrent state)."""
+    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts, and the groups and
+    rows --load-group reads; `rollout`: what the rollout carries into the next iteration (starts, actor state)."""
     return {"algo": "coma", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "target_critic": target_critic.state_dict(), "value_norm": value_norm.state_dict(),
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
             "global_step": global_step, "iteration": iteration, "critic_updates": critic_updates,
-            "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state(), "rollout": rollout}
+            "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state(), "rollout": rollout,
+            **teams.payload(actor=actor, critic=critic)}
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's actor, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "coma", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's acting network (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     actor, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
-    return report_greedy_evaluation(args, saved, env, actor, device)
+    return actor
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "coma", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -260,14 +266,22 @@ def main(args: Args) -> dict:
     envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
     try:
         validate(args, envs)  # continuous actions: fail before anything is written
+        # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
+        teams = policy_map(args, envs, "coma", device)  # bad names and unusable runs fail here
     except ConfigError:
         envs.close()
         raise
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T, A = args.num_envs, envs.n_agents, args.num_steps, envs.n_actions
+    groups, trained = teams.members, teams.trained  # {name: agents}, (N,) 1 where the agent's group learns
+    team_of = team_of_agents(teams.learning, N).to(device)  # (N,)
     actor, critic = build_networks(args, envs, device)
+    # One group: one set of statistics; rival groups each keep their own (a predator's +10 is the prey's -10).
+    one_group = len(teams.names) == 1
+    value_norm = (ValueNorm() if one_group else ValueNorm(groups=teams.group_of_agent)).to(device)
+    # --load-group from a coma run: copy its weights (and its group's value statistics), then the target's copy.
+    teams.load_weights({"actor": actor, "critic": critic}, value_norm)
     target_critic = copy.deepcopy(critic)
-    value_norm = ValueNorm().to(device)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, eps=1e-5)
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.critic_lr, eps=1e-5)
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
@@ -318,7 +332,8 @@ def main(args: Args) -> dict:
                 extras["action_masks"] = mask
             with torch.no_grad():
                 dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
-                action = explore(dist, epsilon).sample()  # (1, E, N)
+                action = teams.override(explore(dist, epsilon).sample()[0], obs, starts, mask)[None]  # (1, E, N);
+                # groups loaded from another algorithm's run act as that run does
             result = envs.step(action[0])  # a torch env keeps it on the device
             final_state = torch.as_tensor(result.final_state, device=device)  # true s_{t+1}, before auto-reset
             final_action = torch.zeros_like(action[0])  # (E, N)
@@ -354,7 +369,7 @@ def main(args: Args) -> dict:
         buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
         actions = b["actions"].long()  # (T, E, N)
-        alive = b["alive"]
+        alive = b["alive"] * trained  # fixed groups' zero loss leaves their weights exactly as they were
         with torch.no_grad():
             # The next joint action a_{t+1} is the one taken at the next step while the episode goes
             # on, and a draw from the policy at the final observation where it ended (the next
@@ -365,8 +380,8 @@ def main(args: Args) -> dict:
                                     F.one_hot(next_actions, A).float())  # three (T, E, N, ...) at s_{t+1}, a_{t+1}
             next_q = target_critic(next_in)[0].gather(-1, next_actions[..., None]).squeeze(-1)  # (T, E, N)
             next_q = value_norm.denormalize(next_q) if args.value_norm else next_q
-            # One team reward for every agent's Q_i (COMA's critic is trained on the team reward).
-            team_reward = b["rewards"].sum(-1, keepdim=True).expand(T, E, N)  # R_pz3 units for mpe2
+            # Every agent's Q_i learns its own team's reward (COMA's critic is trained on the team reward).
+            team_reward = teams.team_rewards(b["rewards"])[..., team_of]  # (T, E, N), R_pz3 units for mpe2
             terminated, _ = team_flags(b["truncated"], b["episode_ends"])  # (T, E)
             targets = td_lambda_targets(team_reward, next_q, terminated[..., None].expand(T, E, N),
                                         b["episode_ends"], args.gamma, args.td_lambda)  # (T, E, N)
@@ -375,7 +390,7 @@ def main(args: Args) -> dict:
             q_old = critic(inputs)[0].gather(-1, actions[..., None]).squeeze(-1)  # (T, E, N), before the update
             q_old = value_norm.denormalize(q_old) if args.value_norm else q_old
             if args.value_norm:
-                value_norm.update(targets[alive.bool()])
+                value_norm.update(targets[alive.bool()] if one_group else targets, alive)
             norm_targets = value_norm.normalize(targets) if args.value_norm else targets
         # The critic is feed-forward: every env step is a sample, laid out as (1, T * E, N, ...).
         data = {"actions": actions.reshape(1, T * E, N), "targets": norm_targets.reshape(1, T * E, N),
@@ -406,11 +421,12 @@ def main(args: Args) -> dict:
         with torch.no_grad():
             q = critic(inputs)[0]  # (T, E, N, A): Q_i(s, (a_-i, a)) for every own action a, critic units
             advantages = counterfactual_advantage(q, behaviour.probs.detach(), actions)  # (T, E, N)
-            if args.norm_adv:
-                adv_mean = masked_mean(advantages, alive)
-                adv_std = masked_mean((advantages - adv_mean) ** 2, alive).sqrt()
-                advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised over the whole rollout
-            q = value_norm.denormalize(q) if args.value_norm else q
+            for m in (teams.learning if args.norm_adv else []):  # over the rollout, per team: rivals never share one
+                adv_mean = masked_mean(advantages[..., m], alive[..., m])
+                adv_std = masked_mean((advantages[..., m] - adv_mean) ** 2, alive[..., m]).sqrt()
+                advantages[..., m] = (advantages[..., m] - adv_mean) / (adv_std + 1e-8)
+            q_acted = q.gather(-1, actions[..., None]).squeeze(-1)  # (T, E, N) Q_i(s, a) of the taken actions
+            q_acted = value_norm.denormalize(q_acted) if args.value_norm else q_acted
         pg_loss = -masked_mean(advantages * logprob, alive)  # policy gradient with the counterfactual advantage
         entropy_loss = masked_mean(entropy, alive)
         loss = pg_loss - args.ent_coef * entropy_loss
@@ -420,26 +436,26 @@ def main(args: Args) -> dict:
         actor_optimizer.step()
         live = alive.bool()
         stats = dict(policy_loss=pg_loss.item(), td_loss=td_loss.item(), entropy=entropy_loss.item(),
-                     q_taken_mean=masked_mean(q.gather(-1, actions[..., None]).squeeze(-1), alive).item(),
+                     q_taken_mean=masked_mean(q_acted, alive).item(),
                      grad_norm=grad_norm.item(), explained_variance=explained_variance(q_old[live], targets[live]))
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy, every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, teams.policy(actor), global_step, groups)  # greedy, every --eval-every
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
                                charts={"learning_rate": actor_optimizer.param_groups[0]["lr"], "epsilon": epsilon},
-                               console={"td_loss": stats["td_loss"], "entropy": stats["entropy"]})
+                               console={"td_loss": stats["td_loss"], "entropy": stats["entropy"]}, groups=groups)
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, actor, critic, target_critic, value_norm, actor_optimizer, critic_optimizer, shuffle_gen,
+                args, teams, actor, critic, target_critic, value_norm, actor_optimizer, critic_optimizer, shuffle_gen,
                 global_step, iteration, critic_updates, (starts, actor_state)))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, actor, global_step)
+    recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, groups)
     recorder.save_checkpoint(checkpoint_payload(
-        args, actor, critic, target_critic, value_norm, actor_optimizer, critic_optimizer, shuffle_gen, global_step,
-        args.num_iterations, critic_updates, (starts, actor_state)))
+        args, teams, actor, critic, target_critic, value_norm, actor_optimizer, critic_optimizer, shuffle_gen,
+        global_step, args.num_iterations, critic_updates, (starts, actor_state)))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 

@@ -19,15 +19,16 @@ import torch.nn.functional as F
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              resume_envs, rng_state, seed_everything, start_or_resume)
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
+                              seed_everything, start_or_resume)
 from envs import discrete_hint, make_env, parse_env_kwargs
 from nets import QPolicy, ValueNorm
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 2_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
@@ -76,10 +77,8 @@ class Args(RunArgs):
     standardise_rewards: bool = True
     """divide the rewards by their running standard deviation (same optimal policy, better-scaled TD errors)"""
     team_reward: bool = False
-    """every agent learns from the team's summed reward (EPyMARL's common reward) instead of its own; for
-    cooperative tasks only (rival teams' rewards must not be summed)"""
-    share_params: bool = True
-    """one agent network for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
+    """every agent learns from its group's summed reward (EPyMARL's common reward) instead of its own; rival
+    groups' rewards are never summed"""
     last_action_input: bool = True
     """append the one-hot of the agent's previous action to its input"""
     recurrent: Literal["gru", "none"] = "gru"
@@ -90,6 +89,7 @@ class Args(RunArgs):
 
 def validate(args: Args, env=None) -> None:
     """Reject option combinations that cannot work, saying what is accepted."""
+    check_group_args(args)
     for name in ("num_envs", "batch_size", "buffer_size", "updates_per_iteration", "target_update_interval",
                  "eval_episodes", "eval_num_envs", "total_timesteps"):
         if getattr(args, name) < 1:
@@ -110,7 +110,7 @@ def validate(args: Args, env=None) -> None:
 def build_networks(args: Args, env, device):
     """Agent utilities Q_i on local histories (image observations, obs_shape (H, W, C), through a small
     CNN: nets.encoder_for); nothing else."""
-    return QPolicy(env.obs_shape, env.n_actions, env.n_agents, args.share_params, args.hidden_dim,
+    return QPolicy(env.obs_shape, env.n_actions, env.n_agents, param_layout(args, env), args.hidden_dim,
                    args.recurrent, args.last_action_input).to(device)
 
 
@@ -125,9 +125,11 @@ def epsilon_greedy(q: torch.Tensor, mask: Optional[torch.Tensor], epsilon: float
     return torch.where(explore, random, greedy)
 
 
-def learned_rewards(rewards: torch.Tensor, team_reward: bool) -> torch.Tensor:
+def learned_rewards(rewards: torch.Tensor, team_reward: bool, groups: Optional[torch.Tensor] = None) -> torch.Tensor:
     """(..., N) rewards -> what each agent learns from: its own reward, or with team_reward the sum over
-    the agents, the same for every one of them."""
+    its group's agents (groups: (N, G) one-hot, teams.onehot; default one group of every agent)."""
+    if team_reward and groups is not None and groups.shape[1] > 1:
+        return rewards @ groups @ groups.T  # each group's sum (..., G), given back to its agents
     return rewards.sum(-1, keepdim=True).expand_as(rewards) if team_reward else rewards
 
 
@@ -172,29 +174,29 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def checkpoint_payload(args, agents, target_agents, optimizer, reward_norm, buffer, sample_gen, global_step,
+def checkpoint_payload(args, teams, agents, target_agents, optimizer, reward_norm, buffer, sample_gen, global_step,
                        iteration, updates, fresh):
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts;
-    `fresh`: every env copy stands at an episode's start, so the next iteration does not reset."""
-    return {"algo": "iql", "args": args_dict(args), "agents": agents.state_dict(),
+    `fresh`: every env copy stands at an episode's start, so the next iteration does not reset. The agent
+    network is saved as "q_net": "agents" holds the agent names (teams.payload, for --load-group)."""
+    return {"algo": "iql", "args": args_dict(args), "q_net": agents.state_dict(),
             "target_agents": target_agents.state_dict(),
             "optimizer": optimizer.state_dict(), "reward_norm": reward_norm.state_dict(),
             "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
-            "rng": rng_state(), "sample_rng": sample_gen.get_state(), "fresh": fresh}
+            "rng": rng_state(), "sample_rng": sample_gen.get_state(), "fresh": fresh, **teams.payload(q_net=agents)}
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's agents, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "iql", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's agents (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     agents = build_networks(saved, env, device)
-    agents.load_state_dict(ckpt["agents"])
-    return report_greedy_evaluation(args, saved, env, agents, device)
+    agents.load_state_dict(ckpt["q_net"] if "q_net" in ckpt else ckpt["agents"])  # "agents" before groups
+    return agents
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "iql", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -205,18 +207,23 @@ def main(args: Args) -> dict:
     validate(args, envs)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, A = args.num_envs, envs.n_agents, envs.n_actions
+    # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
+    teams = policy_map(args, envs, "iql", device)  # bad names and unusable runs fail here
+    groups = teams.members  # {group name: agent indices}, for per-group returns
     agents = build_networks(args, envs, device)
+    teams.load_weights({"q_net": agents})  # --load-group from an IQL run: copy its agents' weights
     target_agents = copy.deepcopy(agents)
     params = list(agents.parameters())
     optimizer = torch.optim.Adam(params, lr=args.learning_rate, foreach=True)  # multi-tensor step
-    reward_norm = ValueNorm().to(device)  # running statistics of the rewards (only their scale is used)
+    # Running scale of the rewards (only it is used), one per group where there are several: rivals' never pool
+    reward_norm = ValueNorm(groups=teams.group_of_agent if len(teams.names) > 1 else None).to(device)
     # One stored "episode" holds E copies, so the replay keeps buffer_size // E of them.
     buffer = MultiAgentRolloutBuffer(N, capacity=max(1, args.buffer_size // E))
     sample_gen = torch.Generator().manual_seed(args.seed)  # replay draws: same seed, same batches
     global_step, start_iteration, updates = 0, 1, 0
     ckpt, run_path = start_or_resume(args, "iql", device)  # a resumed run gets its RNG states back
     if ckpt is not None:
-        for module, key in ((agents, "agents"), (target_agents, "target_agents"), (optimizer, "optimizer"),
+        for module, key in ((agents, "q_net"), (target_agents, "target_agents"), (optimizer, "optimizer"),
                             (reward_norm, "reward_norm")):
             module.load_state_dict(ckpt[key])
         buffer.load_state_dict(ckpt["replay"])
@@ -224,7 +231,7 @@ def main(args: Args) -> dict:
         global_step, start_iteration, updates = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["updates"]
         sample_gen.set_state(ckpt["sample_rng"])
 
-    train_returns, train_lengths = [], []  # training episodes ended since the last log
+    train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
     recorder = RunRecorder(args, "iql", run_path, ckpt, device, envs=(envs, eval_envs), watch=(agents,))
     obs, state, mask, restored = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where they were
@@ -251,6 +258,7 @@ def main(args: Args) -> dict:
             with torch.no_grad():
                 greedy, agent_state = agents(obs[None], agent_state, starts, None if mask is None else mask[None])
                 action = epsilon_greedy(greedy.q[0], mask, epsilon)  # (E, N)
+                action = teams.override(action, obs, starts[0], mask)  # groups loaded from other algorithms' runs
                 agent_state = agents.remember(agent_state, action)
             result = envs.step(action)
             final_obs = torch.as_tensor(result.final_obs, device=device)
@@ -267,7 +275,9 @@ def main(args: Args) -> dict:
             done = torch.as_tensor(result.done, device=device)
             finished = done & running
             if finished.any():
-                train_returns.extend(torch.as_tensor(result.episode_return)[finished.cpu()].sum(-1).tolist())
+                returns = torch.as_tensor(result.episode_return)[finished.cpu()]  # (episodes, N)
+                train_returns.extend(returns.sum(-1).tolist())
+                agent_returns.extend(returns.tolist())  # per agent: per-team returns in the logs
                 train_lengths.extend(torch.as_tensor(result.episode_length)[finished.cpu()].tolist())
             running = running & ~done
             fresh = bool(done.all())  # every copy has just auto-reset: the next episode starts here
@@ -277,8 +287,9 @@ def main(args: Args) -> dict:
         episode = buffer.end_episode()
         if args.standardise_rewards:  # running scale of the rewards, from every real step a live agent played
             played = torch.stack(episode["extras"]["valid"].steps) * torch.stack(episode["extras"]["alive"].steps)
-            rewards = learned_rewards(torch.stack(episode["rewards"].steps), args.team_reward)  # (T, E, N)
-            reward_norm.update(rewards[played.bool()])
+            played = played * teams.trained  # (T, E, N); fixed groups' rewards are not learned from
+            rewards = learned_rewards(torch.stack(episode["rewards"].steps), args.team_reward, teams.onehot)
+            reward_norm.update(rewards[played.bool()] if reward_norm.group_onehot is None else rewards, played)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
@@ -297,8 +308,9 @@ def main(args: Args) -> dict:
             # observation says nothing and their action was never played. The step an agent dies in
             # is its last alive one, terminated there, so no target bootstraps across the death.
             alive = b["alive"] if "alive" in b else torch.ones_like(b["rewards"])  # (T, B, N); older replays lack it
-            agent_mask = step_mask[..., None] * alive  # (T, B, N) real steps of live agents
-            rewards = learned_rewards(b["rewards"], args.team_reward)  # (T, B, N)
+            # (T, B, N) real steps of live agents of learning groups (fixed groups' rows get no gradient)
+            agent_mask = step_mask[..., None] * alive * teams.trained
+            rewards = learned_rewards(b["rewards"], args.team_reward, teams.onehot)  # (T, B, N)
             if args.standardise_rewards:
                 rewards = rewards / reward_norm.stats()[1].sqrt()
             # Inputs for steps 0..T: the observed history plus each episode's final observation.
@@ -341,20 +353,20 @@ def main(args: Args) -> dict:
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, agents, global_step)  # greedy, every --eval-every env steps
-        recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths,
+        recorder.maybe_evaluate(eval_envs, teams.policy(agents), global_step, groups)  # greedy, every --eval-every
+        recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
                                charts={"epsilon": epsilon},
-                               console={"epsilon": epsilon, "td_loss": stats.get("td_loss")})
-        train_returns, train_lengths = [], []
+                               console={"epsilon": epsilon, "td_loss": stats.get("td_loss")}, groups=groups)
+        train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, agents, target_agents, optimizer, reward_norm, buffer, sample_gen, global_step, iteration,
+                args, teams, agents, target_agents, optimizer, reward_norm, buffer, sample_gen, global_step, iteration,
                 updates, fresh))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, agents, global_step)
+    recorder.final_evaluation(eval_envs, teams.policy(agents), global_step, groups)
     recorder.save_checkpoint(checkpoint_payload(
-        args, agents, target_agents, optimizer, reward_norm, buffer, sample_gen, global_step, iteration, updates,
+        args, teams, agents, target_agents, optimizer, reward_norm, buffer, sample_gen, global_step, iteration, updates,
         fresh))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, RunArgs, run_cli
+from common.cli import ConfigError, RunArgs, check_args, run_cli
 from common.gnn_args import GNNArgs, check_gnn_args, graph_net
 from common.groups import GroupArgs, check_group_args, param_layout, policy_map
 from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, evaluate_checkpoint, pick_device,
@@ -108,12 +108,7 @@ class Args(GroupArgs, GNNArgs, RunArgs):  # bases last to first: --help lists Ru
 
 def validate(args: Args) -> None:
     """Reject option combinations that cannot work, saying what is accepted."""
-    for name in ("num_envs", "num_steps", "chunk_len", "update_epochs", "eval_episodes", "eval_num_envs",
-                 "total_timesteps"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.lr_decay_steps < 0:
-        raise ConfigError(f"--lr-decay-steps must be 0 (linear decay over the run) or positive, got {args.lr_decay_steps}")
+    check_args(args)  # every count, rate and coefficient in its range (common.cli.RANGES)
     if args.recurrent != "none" and args.num_steps % args.chunk_len:
         raise ConfigError(f"--chunk-len {args.chunk_len} must divide --num-steps {args.num_steps}")
     sequences = args.num_envs * (args.num_steps // args.chunk_len if args.recurrent != "none" else args.num_steps)

@@ -22,15 +22,16 @@ import torch.nn.functional as F
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              resume_envs, rng_state, seed_everything, start_or_resume)
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
+                              seed_everything, start_or_resume)
 from envs import discrete_hint, make_env, parse_env_kwargs
-from nets import QPLEXMixer, QPolicy, ValueNorm
+from nets import PerGroup, QPLEXMixer, QPolicy, ValueNorm
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 2_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
@@ -80,8 +81,6 @@ class Args(RunArgs):
     """env steps over which epsilon falls linearly from eps_start to eps_finish"""
     standardise_rewards: bool = True
     """divide the team reward by its running standard deviation (same optimal policy, better-scaled TD errors)"""
-    share_params: bool = True
-    """one agent network for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
     last_action_input: bool = True
     """append the one-hot of the agent's previous action to its input"""
     recurrent: Literal["gru", "none"] = "gru"
@@ -96,6 +95,7 @@ class Args(RunArgs):
 
 def validate(args: Args, env=None) -> None:
     """Reject option combinations that cannot work, saying what is accepted."""
+    check_group_args(args)
     for name in ("num_envs", "batch_size", "buffer_size", "updates_per_iteration", "target_update_interval",
                  "eval_episodes", "eval_num_envs", "total_timesteps"):
         if getattr(args, name) < 1:
@@ -113,13 +113,15 @@ def validate(args: Args, env=None) -> None:
 
 
 # ============================================================================ 2. NETWORKS
-def build_networks(args: Args, env, device):
+def build_networks(args: Args, env, device, teams=None):
     """Agent utilities Q_i on local histories (image observations, obs_shape (H, W, C), through a small
-    CNN: nets.encoder_for); the duplex dueling mixer on the state (flat, whatever its shape) and the
-    joint action."""
-    agents = QPolicy(env.obs_shape, env.n_actions, env.n_agents, args.share_params, args.hidden_dim,
+    CNN: nets.encoder_for); a duplex dueling mixer on the state (flat, whatever its shape) and the joint action
+    for every team in `teams` (lists of agent indices, teams.learning; default one team of every agent)."""
+    agents = QPolicy(env.obs_shape, env.n_actions, env.n_agents, param_layout(args, env), args.hidden_dim,
                      args.recurrent, args.last_action_input).to(device)
-    mixer = QPLEXMixer(env.n_agents, env.state_dim, env.n_actions, args.attention_heads, args.mixer_hidden).to(device)
+    teams = teams or [list(range(env.n_agents))]
+    mixer = PerGroup([QPLEXMixer(len(m), env.state_dim, env.n_actions, args.attention_heads, args.mixer_hidden)
+                      for m in teams], teams).to(device)  # (..., N) -> (..., K): rivals are never mixed
     return agents, mixer
 
 
@@ -184,29 +186,29 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def checkpoint_payload(args, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer,
+def checkpoint_payload(args, teams, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer,
                        sample_gen, global_step, iteration, updates, fresh):
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts;
-    `fresh`: every env copy stands at an episode's start, so the next iteration does not reset."""
-    return {"algo": "qplex", "args": args_dict(args), "agents": agents.state_dict(), "mixer": mixer.state_dict(),
+    `fresh`: every env copy stands at an episode's start, so the next iteration does not reset. The agent
+    network is saved as "q_net": "agents" holds the agent names (teams.payload, for --load-group)."""
+    return {"algo": "qplex", "args": args_dict(args), "q_net": agents.state_dict(), "mixer": mixer.state_dict(),
             "target_agents": target_agents.state_dict(), "target_mixer": target_mixer.state_dict(),
             "optimizer": optimizer.state_dict(), "reward_norm": reward_norm.state_dict(),
             "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
-            "rng": rng_state(), "sample_rng": sample_gen.get_state(), "fresh": fresh}
+            "rng": rng_state(), "sample_rng": sample_gen.get_state(), "fresh": fresh, **teams.payload(q_net=agents)}
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's agents, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "qplex", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's agents (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     agents, _ = build_networks(saved, env, device)
-    agents.load_state_dict(ckpt["agents"])
-    return report_greedy_evaluation(args, saved, env, agents, device)
+    agents.load_state_dict(ckpt["q_net"] if "q_net" in ckpt else ckpt["agents"])  # "agents" before groups
+    return agents
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "qplex", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -217,18 +219,24 @@ def main(args: Args) -> dict:
     validate(args, envs)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, A = args.num_envs, envs.n_agents, envs.n_actions
-    agents, mixer = build_networks(args, envs, device)
+    # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
+    teams = policy_map(args, envs, "qplex", device)  # bad names and unusable runs fail here
+    groups = teams.members  # {group name: agent indices}, for per-group returns
+    K = len(teams.learning)  # learning teams: each has its own mixer, team reward and TD targets
+    agents, mixer = build_networks(args, envs, device, teams.learning)
+    teams.load_weights({"q_net": agents})  # --load-group from a QPLEX run: copy its agents' weights
     target_agents, target_mixer = copy.deepcopy(agents), copy.deepcopy(mixer)
     params = list(agents.parameters()) + list(mixer.parameters())
     optimizer = torch.optim.Adam(params, lr=args.learning_rate, foreach=True)  # multi-tensor step
-    reward_norm = ValueNorm().to(device)  # running statistics of the team reward (only its scale is used)
+    # Running scale of each team's reward (rivals' rewards are never pooled); one team: scalar, as always
+    reward_norm = ValueNorm(groups=list(range(K)) if K > 1 else None).to(device)
     # One stored "episode" holds E copies, so the replay keeps buffer_size // E of them.
     buffer = MultiAgentRolloutBuffer(N, capacity=max(1, args.buffer_size // E))
     sample_gen = torch.Generator().manual_seed(args.seed)  # replay draws: same seed, same batches
     global_step, start_iteration, updates = 0, 1, 0
     ckpt, run_path = start_or_resume(args, "qplex", device)  # a resumed run gets its RNG states back
     if ckpt is not None:
-        for module, key in ((agents, "agents"), (mixer, "mixer"), (target_agents, "target_agents"),
+        for module, key in ((agents, "q_net"), (mixer, "mixer"), (target_agents, "target_agents"),
                             (target_mixer, "target_mixer"), (optimizer, "optimizer"), (reward_norm, "reward_norm")):
             module.load_state_dict(ckpt[key])
         buffer.load_state_dict(ckpt["replay"])
@@ -236,7 +244,7 @@ def main(args: Args) -> dict:
         global_step, start_iteration, updates = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["updates"]
         sample_gen.set_state(ckpt["sample_rng"])
 
-    train_returns, train_lengths = [], []  # training episodes ended since the last log
+    train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
     recorder = RunRecorder(args, "qplex", run_path, ckpt, device, envs=(envs, eval_envs), watch=(agents, mixer))
     obs, state, mask, restored = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where they were
@@ -263,6 +271,7 @@ def main(args: Args) -> dict:
             with torch.no_grad():
                 greedy, agent_state = agents(obs[None], agent_state, starts, None if mask is None else mask[None])
                 action = epsilon_greedy(greedy.q[0], mask, epsilon)  # (E, N)
+                action = teams.override(action, obs, starts[0], mask)  # groups loaded from other algorithms' runs
                 agent_state = agents.remember(agent_state, action)
             result = envs.step(action)
             final_obs = torch.as_tensor(result.final_obs, device=device)
@@ -282,7 +291,9 @@ def main(args: Args) -> dict:
             done = torch.as_tensor(result.done, device=device)
             finished = done & running
             if finished.any():
-                train_returns.extend(torch.as_tensor(result.episode_return)[finished.cpu()].sum(-1).tolist())
+                returns = torch.as_tensor(result.episode_return)[finished.cpu()]  # (episodes, N)
+                train_returns.extend(returns.sum(-1).tolist())
+                agent_returns.extend(returns.tolist())  # per agent: per-team returns in the logs
                 train_lengths.extend(torch.as_tensor(result.episode_length)[finished.cpu()].tolist())
             running = running & ~done
             fresh = bool(done.all())  # every copy has just auto-reset: the next episode starts here
@@ -290,9 +301,9 @@ def main(args: Args) -> dict:
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             starts = torch.zeros(1, E, N, device=device)
         episode = buffer.end_episode()
-        if args.standardise_rewards:  # running scale of the team reward, from every real step played
+        if args.standardise_rewards:  # running scale of the team rewards, from every real step played
             played = torch.stack(episode["extras"]["valid"].steps)[..., 0].bool()  # (T, E)
-            reward_norm.update(torch.stack(episode["rewards"].steps).sum(-1)[played])
+            reward_norm.update(teams.team_rewards(torch.stack(episode["rewards"].steps))[played])  # (steps, K)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
@@ -308,9 +319,9 @@ def main(args: Args) -> dict:
             # (T, B) last real step, and where the target stops: every episode end (or, with
             # --bootstrap-time-limit, only those the task ended, not the clock)
             ended, terminated = episode_ends(step_mask, b["dones"].amax(-1), args.bootstrap_time_limit)
-            team_reward = b["rewards"].sum(-1)  # (T, B), R_pz3 units for mpe2
+            team_reward = teams.team_rewards(b["rewards"])  # (T, B, K), R_pz3 units for mpe2
             if args.standardise_rewards:
-                team_reward = team_reward / reward_norm.stats()[1].sqrt()
+                team_reward = team_reward / reward_norm.stats()[1].sqrt()  # one scale per team
             # Inputs for steps 0..T: the observed history plus each episode's final observation.
             obs_all = with_final_step(b["states"], b["next_states"], lengths)  # (T+1, B, N, obs_dim)
             state_all = with_final_step(b["global_states"][:, :, 0], b["next_global_states"][:, :, 0], lengths)
@@ -334,7 +345,8 @@ def main(args: Args) -> dict:
             # V_i = max over available actions of Q_i (held fixed: the advantage is measured from it)
             q_avail = q_all.detach() if mask_all is None else q_all.detach().masked_fill(~mask_all, float("-inf"))
             v_taken = torch.where(live_all[:-1], q_avail[:-1].max(-1).values, 0.0)  # (T, B, N), 0 for the dead
-            q_tot = mixer(q_taken, state_all[:-1], F.one_hot(actions, A).float() * alive[..., None], v_taken)  # (T, B)
+            # Q_tot of every team (T, B, K); fixed groups' Q_i are in no mixer, so their rows get no gradient
+            q_tot = mixer(q_taken, state_all[:-1], F.one_hot(actions, A).float() * alive[..., None], v_taken)
             with torch.no_grad():
                 tq_all, _ = target_agents.q_values(obs_all, last_all, target_agents.net.initial_state(B, device),
                                                    starts_all)  # (T+1, B, N, A)
@@ -344,11 +356,13 @@ def main(args: Args) -> dict:
                 tq_next = tq_all[1:].gather(-1, best_next).squeeze(-1) * alive_all[1:]  # (T, B, N)
                 next_onehot = F.one_hot(best_next.squeeze(-1), A).float() * alive_all[1:, ..., None]  # (T, B, N, A)
                 next_v = torch.where(live_all[1:], tq_avail[1:].max(-1).values, 0.0)  # (T, B, N)
-                next_q_tot = target_mixer(tq_next, state_all[1:], next_onehot, next_v)  # (T, B)
-                targets = td_lambda_targets(team_reward, next_q_tot, terminated, ended, args.gamma, args.td_lambda)
+                next_q_tot = target_mixer(tq_next, state_all[1:], next_onehot, next_v)  # (T, B, K)
+                targets = td_lambda_targets(team_reward, next_q_tot, terminated[..., None], ended[..., None],
+                                            args.gamma, args.td_lambda)  # (T, B, K), one recursion per team
             td_error = q_tot - targets
             per_step = td_error ** 2 if args.loss == "mse" else F.smooth_l1_loss(q_tot, targets, reduction="none")
-            loss = masked_mean(per_step, step_mask)
+            team_mask = step_mask[..., None].expand_as(q_tot)  # (T, B, K)
+            loss = masked_mean(per_step, team_mask)
 
 # ============================================================================ 7. UPDATE
             optimizer.zero_grad()
@@ -359,26 +373,26 @@ def main(args: Args) -> dict:
             if updates % args.target_update_interval == 0:
                 soft_update(target_agents, agents, args.tau)
                 soft_update(target_mixer, mixer, args.tau)
-            stats = dict(td_loss=loss.item(), q_taken_mean=masked_mean(q_tot.detach(), step_mask).item(),
-                         target_mean=masked_mean(targets, step_mask).item(), grad_norm=grad_norm.item())
+            stats = dict(td_loss=loss.item(), q_taken_mean=masked_mean(q_tot.detach(), team_mask).item(),
+                         target_mean=masked_mean(targets, team_mask).item(), grad_norm=grad_norm.item())
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, agents, global_step)  # greedy, every --eval-every env steps
-        recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths,
+        recorder.maybe_evaluate(eval_envs, teams.policy(agents), global_step, groups)  # greedy, every --eval-every
+        recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
                                charts={"epsilon": epsilon},
-                               console={"epsilon": epsilon, "td_loss": stats.get("td_loss")})
-        train_returns, train_lengths = [], []
+                               console={"epsilon": epsilon, "td_loss": stats.get("td_loss")}, groups=groups)
+        train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen,
+                args, teams, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen,
                 global_step, iteration, updates, fresh))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, agents, global_step)
+    recorder.final_evaluation(eval_envs, teams.policy(agents), global_step, groups)
     recorder.save_checkpoint(checkpoint_payload(
-        args, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen, global_step,
-        iteration, updates, fresh))
+        args, teams, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen,
+        global_step, iteration, updates, fresh))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 

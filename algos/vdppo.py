@@ -17,15 +17,16 @@ import torch
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              resume_envs, rng_state, seed_everything, start_or_resume)
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
+                              seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
-from nets import Actor, Critic, QMixer, ValueNorm, VDNMixer, explained_variance
+from nets import Actor, Critic, PerGroup, QMixer, ValueNorm, VDNMixer, explained_variance
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 5_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
@@ -74,8 +75,6 @@ class Args(RunArgs):
     """width of the qmix mixing network"""
     hypernet_hidden: int = 64
     """hidden width of the qmix hypernetworks that produce the mixing weights"""
-    share_params: bool = True
-    """one actor and one critic for all agents (with an agent-id one-hot); --no-share-params: one per agent"""
     recurrent: Literal["none", "gru", "lstm"] = "none"
     """recurrent core in actor and per-agent critic"""
     chunk_len: int = 25
@@ -97,6 +96,7 @@ class Args(RunArgs):
 
 def validate(args: Args) -> None:
     """Reject option combinations that cannot work, saying what is accepted."""
+    check_group_args(args)
     for name in ("num_envs", "num_steps", "chunk_len", "update_epochs", "eval_episodes", "eval_num_envs",
                  "total_timesteps", "mixer_embed_dim", "hypernet_hidden"):
         if getattr(args, name) < 1:
@@ -112,27 +112,35 @@ def validate(args: Args) -> None:
 
 
 # ============================================================================ 2. NETWORKS
-def build_networks(args: Args, env, device):
+def build_networks(args: Args, env, device, learning=None):
     """Decentralised actor and per-agent critic V_i on local obs (an image, obs_shape (H, W, C), through a
-    small CNN: nets.encoder_for); the mixer that makes V_tot (on the flat state, whatever its shape)."""
+    small CNN: nets.encoder_for); one mixer per learning team (`learning`: each team's agents, by default one
+    team of every agent) that makes its V_tot (on the flat state, whatever its shape)."""
     action_size = env.n_actions if env.discrete else env.action_dim
+    sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  args.share_params, args.hidden_sizes, args.recurrent, args.activation).to(device)
-    critic = Critic(env.obs_shape, env.n_agents, args.share_params, args.hidden_sizes, args.recurrent,
-                    args.activation).to(device)
-    mixer = (VDNMixer() if args.mixer == "vdn" else
-             QMixer(env.n_agents, env.state_dim, args.mixer_embed_dim, args.hypernet_hidden)).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation).to(device)
+    critic = Critic(env.obs_shape, env.n_agents, sets, args.hidden_sizes, args.recurrent, args.activation).to(device)
+    learning = learning or [list(range(env.n_agents))]
+    mixer = PerGroup([VDNMixer() if args.mixer == "vdn" else
+                      QMixer(len(m), env.state_dim, args.mixer_embed_dim, args.hypernet_hidden) for m in learning],
+                     learning).to(device)
     return actor, critic, mixer
 
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
 def team_value(critic, mixer, obs, state, critic_state, starts):
-    """V_tot(s) = mixer(V_1(o_1), ..., V_N(o_N); s): obs (L, B, N, obs_dim), state (L, B, state_dim)
-    -> (V_tot (L, B), critic_state). Each V_i sees only its agent's observation; the mixer is
+    """V_tot(s) = mixer(V_1(o_1), ..., V_N(o_N); s) of every team: obs (L, B, N, obs_dim), state (L, B, state_dim)
+    -> (V_tot (L, B, K), critic_state). Each V_i sees only its agent's observation; the mixer is
     where the global state enters (qmix), and the credit the team value gives each agent flows
-    back through it."""
+    back through it. Team k's mixer mixes only its own agents' values."""
     agent_values, critic_state = critic(obs, critic_state, starts)  # (L, B, N)
-    return mixer(agent_values, state), critic_state  # (L, B)
+    return mixer(agent_values, state), critic_state  # (L, B, K)
+
+
+def team_of_agents(learning, n_agents: int) -> torch.Tensor:
+    """(N,) every agent's team, its index in `learning`; 0 for fixed groups' agents, whose losses are masked."""
+    return torch.as_tensor([next((k for k, m in enumerate(learning) if n in m), 0) for n in range(n_agents)])
 
 
 def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
@@ -177,27 +185,27 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def checkpoint_payload(args, actor, critic, mixer, value_norm, optimizer, shuffle_gen, global_step, iteration, rollout):
-    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; `rollout`
-    is what the rollout carries into the next iteration (episode starts, recurrent states)."""
+def checkpoint_payload(args, teams, actor, critic, mixer, value_norm, optimizer, shuffle_gen, global_step, iteration,
+                       rollout):
+    """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts, and the groups and
+    rows --load-group reads; `rollout`: what the rollout carries into the next iteration (starts, recurrent states)."""
     return {"algo": "vdppo", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "mixer": mixer.state_dict(), "value_norm": value_norm.state_dict(), "optimizer": optimizer.state_dict(),
             "global_step": global_step, "iteration": iteration, "rng": rng_state(),
-            "shuffle_rng": shuffle_gen.get_state(), "rollout": rollout}
+            "shuffle_rng": shuffle_gen.get_state(), "rollout": rollout, **teams.payload(actor=actor, critic=critic)}
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's actor, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "vdppo", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's acting network (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     actor, _, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
-    return report_greedy_evaluation(args, saved, env, actor, device)
+    return actor
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "vdppo", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -207,8 +215,15 @@ def main(args: Args) -> dict:
     envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
-    actor, critic, mixer = build_networks(args, envs, device)
-    value_norm = ValueNorm().to(device)
+    # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
+    teams = policy_map(args, envs, "vdppo", device)  # bad names and unusable runs fail here
+    groups, trained, K = teams.members, teams.trained, len(teams.learning)  # {name: agents}, (N,), learning teams
+    team_of = team_of_agents(teams.learning, N).to(device)  # (N,)
+    firsts = [m[0] for m in teams.learning]  # one agent of each team: team values stored per agent are read there
+    actor, critic, mixer = build_networks(args, envs, device, teams.learning)  # one mixer per learning team
+    teams.load_weights({"actor": actor, "critic": critic})  # --load-group from a vdppo run: copy its weights
+    # One team: one set of statistics; rival teams each keep their own (a predator's +10 is the prey's -10).
+    value_norm = (ValueNorm() if K == 1 else ValueNorm(groups=range(K))).to(device)
     params = list(actor.parameters()) + list(critic.parameters()) + list(mixer.parameters())
     optimizer = torch.optim.Adam(params, lr=args.learning_rate, eps=1e-5)
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
@@ -248,7 +263,7 @@ def main(args: Args) -> dict:
         for step in range(T):
             global_step += E
             # The buffer keeps every entry per agent: team quantities (state, V_tot) are stored
-            # once per agent, identical along the agent axis, and read back as [..., 0].
+            # once per agent (its team's), and read back at one agent of each team ([..., firsts]).
             extras = {"episode_starts": starts, "global_states": state[:, None].expand(E, N, state.shape[-1])}
             if actor_state is not None:  # states *before* this step, to restart training sequences
                 extras["prev_hidden_states"], extras["prev_critic_hidden_states"] = actor_state[0], critic_state[0]
@@ -258,10 +273,11 @@ def main(args: Args) -> dict:
                 extras["action_masks"] = mask
             with torch.no_grad():
                 dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
-                action = dist.sample()  # (1, E, N) or (1, E, N, act_dim)
+                action = teams.override(dist.sample()[0], obs, starts, mask)[None]  # (1, E, N[, act_dim]); groups
+                # loaded from another algorithm's run act as that run does
                 logprob = dist.log_prob(action)  # (1, E, N)
                 value, critic_state = team_value(critic, mixer, obs[None], state[None], critic_state,
-                                                 starts[None])  # (1, E)
+                                                 starts[None])  # (1, E, K)
             result = envs.step(action[0])  # a torch env keeps it on the device
             next_obs = torch.as_tensor(result.obs, device=device)
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true s_{t+1}, before auto-reset
@@ -270,15 +286,15 @@ def main(args: Args) -> dict:
                 final_state = torch.as_tensor(result.final_state, device=device)
                 with torch.no_grad():
                     final_value, _ = team_value(critic, mixer, final_obs[None], final_state[None], critic_state,
-                                                torch.zeros_like(starts)[None])  # (1, E)
+                                                torch.zeros_like(starts)[None])  # (1, E, K)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0][:, None].expand(E, N),
+                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0][:, team_of],
                 rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
                 dones=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
-                final_values=final_value[0][:, None].expand(E, N), **extras)
+                final_values=final_value[0][:, team_of], **extras)
             obs, state = next_obs, torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             starts = ended
@@ -286,7 +302,7 @@ def main(args: Args) -> dict:
             agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
             train_lengths.extend(result.episode_length[result.done].tolist())
         with torch.no_grad():  # V_tot(s_T): bootstraps the last step wherever its episode goes on
-            last_value, _ = team_value(critic, mixer, obs[None], state[None], critic_state, starts[None])  # (1, E)
+            last_value, _ = team_value(critic, mixer, obs[None], state[None], critic_state, starts[None])  # (1, E, K)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
@@ -296,28 +312,30 @@ def main(args: Args) -> dict:
         with torch.no_grad():
             # V_tot(s_{t+1}) is the next step's value while the episode goes on, and the value of
             # the final observation where it ended (the next step's value belongs to a new episode).
-            values = b["state_values"][..., 0]  # (T, E) V_tot as predicted in the rollout
-            next_values = torch.cat([values[1:], last_value], dim=0)  # (T, E)
-            next_values = torch.where(b["episode_ends"][..., 0].bool(), b["final_values"][..., 0], next_values)
+            values = b["state_values"][..., firsts]  # (T, E, K) V_tot as predicted in the rollout
+            next_values = torch.cat([values[1:], last_value], dim=0)  # (T, E, K)
+            next_values = torch.where(b["episode_ends"][..., :1].bool(), b["final_values"][..., firsts], next_values)
             values = value_norm.denormalize(values) if args.value_norm else values
             next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
-            # One team reward, one team value: GAE gives one advantage per env step, shared by
-            # every agent (Su et al. 2021, with GAE in place of their n-step TD error).
-            team_reward = b["rewards"].sum(-1)  # (T, E), R_pz3 units for mpe2
+            # One team reward, one team value: GAE gives one advantage per env step and team, shared
+            # by the team's agents (Su et al. 2021, with GAE in place of their n-step TD error).
+            team_reward = teams.team_rewards(b["rewards"])  # (T, E, K), R_pz3 units for mpe2
             terminated, truncated = team_flags(b["truncated"], b["episode_ends"])  # (T, E) each
-            advantages, returns = compute_gae(team_reward, values, next_values, terminated, truncated,
-                                              args.gamma, args.gae_lambda)  # (T, E) each
-            team_alive = b["alive"].amax(-1)  # (T, E): steps in which some agent acted
-            adv_mean = masked_mean(advantages, team_alive)
-            adv_std = masked_mean((advantages - adv_mean) ** 2, team_alive).sqrt()
-            advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised over the whole rollout
+            advantages, returns = compute_gae(team_reward, values, next_values, terminated[..., None],
+                                              truncated[..., None], args.gamma, args.gae_lambda)  # (T, E, K) each
+            # (T, E, K): steps in which some agent of the team acted
+            team_alive = torch.stack([b["alive"][..., m].amax(-1) for m in teams.learning], -1)
+            for k in range(K):  # normalised over the rollout, per team: rivals never share a mean and scale
+                adv_mean = masked_mean(advantages[..., k], team_alive[..., k])
+                adv_std = masked_mean((advantages[..., k] - adv_mean) ** 2, team_alive[..., k]).sqrt()
+                advantages[..., k] = (advantages[..., k] - adv_mean) / (adv_std + 1e-8)
             if args.value_norm:
-                value_norm.update(returns[team_alive.bool()])
+                value_norm.update(returns[team_alive.bool()] if K == 1 else returns, team_alive)
             targets = value_norm.normalize(returns) if args.value_norm else returns
         # Lay the rollout out as (L, S, N, ...): S sequences of L steps (L = 1 without recurrence).
         data = {k: to_chunks(v, L) for k, v in b.items() if not k.startswith("prev_")}
         data.update(advantages=to_chunks(advantages, L), targets=to_chunks(targets, L),
-                    team_alive=to_chunks(team_alive, L))  # team tensors: (L, S)
+                    team_alive=to_chunks(team_alive, L))  # team tensors: (L, S, K)
         # Recurrent states stored at each chunk's first step restart the sequences: (S, N, H).
         init_states = {k: v[::L].reshape(-1, N, v.shape[-1]) for k, v in b.items() if k.startswith("prev_")}
         S = data["rewards"].shape[1]
@@ -327,7 +345,7 @@ def main(args: Args) -> dict:
         for epoch in range(args.update_epochs):
             order = torch.randperm(S, generator=shuffle_gen).to(device)
             for mb in order.tensor_split(args.num_minibatches):
-                d = {k: v[:, mb] for k, v in data.items()}  # (L, B, N, ...) per agent, (L, B) per team
+                d = {k: v[:, mb] for k, v in data.items()}  # (L, B, N, ...) per agent, (L, B, K) per team
                 a_state = c_state = None
                 if args.recurrent != "none":
                     a_state = (init_states["prev_hidden_states"][mb],) + (
@@ -337,23 +355,23 @@ def main(args: Args) -> dict:
                 dist, _ = actor(d["states"], a_state, d["episode_starts"], d.get("action_masks"))
                 new_logprob, entropy = dist.log_prob(d["actions"]), dist.entropy()  # (L, B, N)
                 new_value, _ = team_value(critic, mixer, d["states"], d["global_states"][..., 0, :], c_state,
-                                          d["episode_starts"])  # (L, B)
+                                          d["episode_starts"])  # (L, B, K)
                 logratio = new_logprob - d["log_probs"]
                 ratio = logratio.exp()
-                alive_mb = d["alive"]
+                alive_mb = d["alive"] * trained  # fixed groups' zero loss leaves their weights exactly as they were
                 with torch.no_grad():
                     approx_kl = masked_mean((ratio - 1) - logratio, alive_mb)  # Schulman's k3 estimator
                     clipfracs.append(masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), alive_mb).item())
 
-                # Clipped surrogate objective (Schulman et al. 2017, eq. 7), the team advantage for every agent
-                adv = d["advantages"][..., None]  # (L, B, 1), broadcast over the agent axis
+                # Clipped surrogate objective (Schulman et al. 2017, eq. 7), its team's advantage for every agent
+                adv = d["advantages"][..., team_of]  # (L, B, N)
                 clipped_ratio = ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)
                 pg_loss = masked_mean(torch.max(-adv * ratio, -adv * clipped_ratio), alive_mb)
                 # Team-value loss on V_tot, clipped around the rollout's prediction (in normalised units)
                 team_alive_mb = d["team_alive"]
                 v_loss_unclipped = (new_value - d["targets"]) ** 2
                 if args.clip_vloss:
-                    old_value = d["state_values"][..., 0]  # (L, B)
+                    old_value = d["state_values"][..., firsts]  # (L, B, K)
                     v_clipped = old_value + (new_value - old_value).clamp(-args.clip_coef, args.clip_coef)
                     v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - d["targets"]) ** 2),
                                                team_alive_mb)
@@ -373,20 +391,20 @@ def main(args: Args) -> dict:
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy, every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, teams.policy(actor), global_step, groups)  # greedy, every --eval-every
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
                                charts={"learning_rate": optimizer.param_groups[0]["lr"]},
-                               console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]})
+                               console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]}, groups=groups)
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, actor, critic, mixer, value_norm, optimizer, shuffle_gen, global_step, iteration,
+                args, teams, actor, critic, mixer, value_norm, optimizer, shuffle_gen, global_step, iteration,
                 (starts, actor_state, critic_state)))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, actor, global_step)
+    recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, groups)
     recorder.save_checkpoint(checkpoint_payload(
-        args, actor, critic, mixer, value_norm, optimizer, shuffle_gen, global_step, args.num_iterations,
+        args, teams, actor, critic, mixer, value_norm, optimizer, shuffle_gen, global_step, args.num_iterations,
         (starts, actor_state, critic_state)))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary

@@ -11,7 +11,7 @@ weights out of another run's checkpoint (`torch.load(..., weights_only=True)`), 
 act as another algorithm's run. What an algorithm file asks of it (docs/how-to.md shows it):
 
     teams = policy_map(args, envs, "qmix", device)   # groups, who learns, loaded runs; bad names fail here
-    teams.load_weights({"agents": agents})           # --load-group from a run of this algorithm: copy weights
+    teams.load_weights({"q_net": agents})            # --load-group from a run of this algorithm: copy weights
     action = teams.override(action, obs, starts, mask)   # groups loaded from other algorithms act
     loss = masked_mean(td_error**2, alive * teams.trained)   # fixed groups take no part in any loss
     recorder.maybe_evaluate(eval_envs, teams.policy(agents), global_step, teams.members)
@@ -26,6 +26,21 @@ from torch import nn
 
 from common.cli import ConfigError, saved_args
 from common.run_utils import greedy_eval, load_checkpoint
+
+
+# Scenarios whose name prefixes are roles within one team, not sides: their prefixes' default groups
+# (then --agent-groups). Elsewhere the prefixes are the teams: simple_tag's adversary and agent.
+TEAMS = {
+    "simple_speaker_listener": {"speaker": "team", "listener": "team"},  # one shared reward
+    "simple_world_comm": {"leadadversary": "adversary"},  # the leader talks to its adversaries
+    "simple_crypto": {"alice": "team", "bob": "team"},  # alice and bob against eve
+    "knights_archers_zombies": {"archer": "team", "knight": "team"},  # together against the zombies
+}
+
+
+def env_teams(env: str) -> Dict[str, str]:
+    """{prefix: group} of an env whose prefixes are roles of one team (TEAMS), else {}."""
+    return TEAMS.get(env.split(":")[-1], {})
 
 
 def prefix_group(agent: str) -> str:
@@ -49,16 +64,18 @@ def parse_pairs(pairs: Sequence[str], flag: str, example: str) -> Dict[str, str]
     return out
 
 
-def assign_groups(agents: Sequence[str], mapping: Sequence[str] = ()) -> Tuple[List[str], List[int]]:
+def assign_groups(agents: Sequence[str], mapping: Sequence[str] = (), env: str = "") -> Tuple[List[str], List[int]]:
     """(group names in order of first appearance, the group index of every agent).
 
-    `mapping` holds `--agent-groups` pairs NAME=GROUP; NAME is an agent name or a prefix group,
-    and an agent named exactly wins over its prefix. A NAME that matches nothing fails with
-    the agent names and the prefix groups.
+    An agent's group is its name prefix, or the team `env` gives that prefix (TEAMS). `mapping`
+    holds `--agent-groups` pairs NAME=GROUP; NAME is an agent name or a prefix, and an agent named
+    exactly wins over its prefix. A NAME that matches nothing fails with the agent names and the
+    prefix groups.
     """
     chosen = parse_pairs(mapping, "--agent-groups", "leadadversary_0=adversary agent=prey")
+    chosen = {**{p: g for p, g in env_teams(env).items() if p not in chosen}, **chosen}
     prefixes = [prefix_group(a) for a in agents]
-    unknown = [k for k in chosen if k not in agents and k not in prefixes]
+    unknown = [k for k in chosen if k not in agents and k not in prefixes and k not in env_teams(env)]
     if unknown:
         raise ConfigError(f"--agent-groups names {unknown}, which match no agent; agents: {', '.join(agents)}; "
                           f"prefix groups: {', '.join(dict.fromkeys(prefixes))}")
@@ -126,7 +143,7 @@ def param_layout(args, env) -> Union[bool, List[int]]:
     agent's group index (group: the agents of a group share one set)."""
     check_share_params(args.share_params)
     if args.share_params == "group":
-        return assign_groups(agent_names(env), args.agent_groups)[1]
+        return assign_groups(agent_names(env), args.agent_groups, args.env)[1]
     return args.share_params == "all"
 
 
@@ -256,7 +273,7 @@ def policy_map(args, envs, algo: str, device: Optional[torch.device] = None) -> 
     is written: a run on other agents, or whose algorithm cannot act in this env, fails at once."""
     agents = agent_names(envs)
     check_share_params(args.share_params)
-    names, group_of_agent = assign_groups(agents, args.agent_groups)
+    names, group_of_agent = assign_groups(agents, args.agent_groups, args.env)
     load = parse_pairs(args.load_group, "--load-group", "adversary=runs/<run_name>")
     select_groups(list(load), "--load-group", names, agents, group_of_agent)
     foreign = {}

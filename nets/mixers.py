@@ -142,6 +142,8 @@ class PerGroup(nn.Module):
         self.members = [list(m) for m in members]
 
     def forward(self, qs: torch.Tensor, state: torch.Tensor, *more: torch.Tensor) -> torch.Tensor:
+        if len(self.members) == 1 and self.members[0] == list(range(qs.shape[-1])):  # one team of every agent
+            return self.mixers[0](qs, state, *more).unsqueeze(-1)
         out = []
         for mixer, m in zip(self.mixers, self.members):
             cut = [x[..., m] if x.dim() == qs.dim() else x[..., m, :] for x in more]

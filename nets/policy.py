@@ -465,6 +465,11 @@ class ValueNorm(nn.Module):
         statistics as they were."""
         if self.group_onehot is None:
             batch_mean, batch_mean_sq, keep = x.mean(), (x**2).mean(), self.beta
+        elif self.group_onehot.shape[1] == 1:  # one group: the same sums as the ungrouped statistics of x[mask]
+            x = x if mask is None else x[mask.bool()]
+            if x.numel() == 0:
+                return
+            batch_mean, batch_mean_sq, keep = x.mean(), (x**2).mean(), self.beta
         else:
             N = self.group_onehot.shape[0]
             m = (torch.ones_like(x) if mask is None else mask.float()).reshape(-1, N)

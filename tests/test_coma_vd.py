@@ -166,8 +166,8 @@ def test_gae_gets_the_mixers_team_value_and_reward(tmp_path, monkeypatch, algo, 
     captured, checked = {}, []
     build, gae, batch = algo.build_networks, algo.compute_gae, MultiAgentRolloutBuffer.batch
 
-    def build_and_keep(args, env, device):
-        nets = build(args, env, device)
+    def build_and_keep(args, env, device, *learning):
+        nets = build(args, env, device, *learning)
         captured["critic"], captured["mixer"] = nets[1], nets[2]
         return nets
 
@@ -179,10 +179,10 @@ def test_gae_gets_the_mixers_team_value_and_reward(tmp_path, monkeypatch, algo, 
         b = captured["batch"]
         with torch.no_grad():
             agent_values, _ = captured["critic"](b["states"])  # (T, E, N), feed-forward critic
-            expected = captured["mixer"](agent_values, b["global_states"][..., 0, :])  # (T, E)
-        assert isinstance(captured["mixer"], QMixer if mixer == "qmix" else VDNMixer)
+            expected = captured["mixer"](agent_values, b["global_states"][..., 0, :])  # (T, E, 1): one team
+        assert isinstance(captured["mixer"].mixers[0], QMixer if mixer == "qmix" else VDNMixer)
         torch.testing.assert_close(values, expected)
-        torch.testing.assert_close(rewards, b["rewards"].sum(-1))
+        torch.testing.assert_close(rewards, b["rewards"].sum(-1, keepdim=True))
         checked.append(True)
         return gae(rewards, values, next_values, terminated, truncated, gamma, lam)
 
@@ -246,14 +246,14 @@ def check_summary(summary, name, args):
 
 SMOKE = [
     ("coma", "torch:simple_spread", (), dict()),
-    ("coma", "simple_reference", (), dict(recurrent="gru", share_params=False, critic_minibatches=3, norm_adv=True)),
+    ("coma", "simple_reference", (), dict(recurrent="gru", share_params="none", critic_minibatches=3, norm_adv=True)),
     ("coma", "torch:simple_spread", (), dict(recurrent="lstm", value_norm=False, tau=1.0, target_update_interval=2)),
     ("vda2c", "torch:simple_spread", (), dict(mixer="qmix")),
-    ("vda2c", "simple_reference", (), dict(recurrent="gru", share_params=False)),
+    ("vda2c", "simple_reference", (), dict(recurrent="gru", share_params="none")),
     ("vda2c", "simple_spread", CONTINUOUS, dict(mixer="qmix", recurrent="lstm", value_norm=False)),
     ("vdppo", "torch:simple_spread", (), dict(mixer="qmix", num_minibatches=2)),
     ("vdppo", "simple_reference", (), dict(recurrent="lstm", num_steps=6, chunk_len=3, total_timesteps=24,
-                                           num_minibatches=2, share_params=False)),
+                                           num_minibatches=2, share_params="none")),
     ("vdppo", "simple_spread", CONTINUOUS, dict(mixer="qmix", recurrent="gru", num_steps=6, chunk_len=3,
                                                 total_timesteps=24, clip_vloss=False)),
 ]

@@ -392,7 +392,8 @@ def test_mixers_leave_dead_agents_out_of_the_mix(name, mixer, tmp_path, monkeypa
                         envs.PettingZooVecEnv(LeavingAgent, num_envs, seed))
     args = make_args(module.Args, env="simple_spread", run_dir=str(tmp_path), num_envs=2, batch_size=2,
                      updates_per_iteration=1, hidden_dim=16, eval_every=0, eval_episodes=1, eval_num_envs=1,
-                     checkpoint_every=0, total_timesteps=16, cuda=False)
+                     checkpoint_every=0, total_timesteps=16, cuda=False,
+                     agent_groups=("b=a",))  # one team, one mixer (agents named a and b are two groups by default)
     module.main(args)
     online, target = seen[0][0], seen[1][0]  # the first update's two mixer calls
     assert online.shape == target.shape == (4, 2, 2)
@@ -454,7 +455,8 @@ def test_facmac_leaves_dead_agents_out_of_the_mix(tmp_path, monkeypatch, mixer):
                         envs.PettingZooVecEnv(LeavingAgent, num_envs, seed))
     args = make_args(facmac.Args, env="simple_spread", run_dir=str(tmp_path), num_envs=2, num_steps=4,
                      batch_size=2, updates_per_iteration=1, learning_starts=0, hidden_sizes=(16,), eval_every=0,
-                     eval_episodes=1, eval_num_envs=1, checkpoint_every=0, total_timesteps=8, cuda=False, mixer=mixer)
+                     eval_episodes=1, eval_num_envs=1, checkpoint_every=0, total_timesteps=8, cuda=False, mixer=mixer,
+                     agent_groups=("b=a",))  # one team: "a" and "b" have no _<index> suffix, so each is its own group
     facmac.main(args)
     target, online = seen[0].view(4, -1, 2), seen[1].view(4, -1, 2)  # (T, B_seq, N): targets come first
     assert online[2:, :, 1].eq(0).all() and online[:2].ne(0).all() and online[:, :, 0].ne(0).all()

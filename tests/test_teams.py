@@ -43,6 +43,9 @@ def test_groups_come_from_name_prefixes():
     assert assign_groups(TAG) == (["adversary", "agent"], [0, 0, 0, 1])
     world = ["leadadversary_0", "adversary_0", "adversary_1", "agent_0", "agent_1"]
     assert assign_groups(world) == (["leadadversary", "adversary", "agent"], [0, 1, 1, 2, 2])
+    # where the prefixes are roles of one team, the env says so (common.groups.TEAMS)
+    assert assign_groups(world, env="simple_world_comm") == (["adversary", "agent"], [0, 0, 0, 1, 1])
+    assert assign_groups(["speaker_0", "listener_0"], env="torch:simple_speaker_listener") == (["team"], [0, 0])
     assert assign_groups(["agent_0", "agent_1", "agent_2"]) == (["agent"], [0, 0, 0])  # cooperative: one team
     assert assign_groups(["speaker_0", "listener_0"]) == (["speaker", "listener"], [0, 1])
 
@@ -166,11 +169,14 @@ def test_smoke_competitive_envs(tiny, algo, env):
 
 
 def test_world_comm_groups_with_different_action_counts(tiny):
-    """The PettingZoo scenario with three groups: a leader with 20 actions, adversaries and good
-    agents with 5 (padded and masked), observations of 34 and 28 (padded)."""
+    """The PettingZoo scenario whose leader (20 actions; the others 5, padded and masked) is on the
+    adversaries' side (common.groups.TEAMS); --agent-groups makes it a group of its own: three
+    groups, observations of 34 and 28 (padded)."""
+    summary = mappo.main(tiny(mappo, env="simple_world_comm", env_kwargs=SHORT, share_params="group"))
+    assert list(summary["eval_group_returns"]) == ["adversary", "agent"]
     summary = mappo.main(tiny(mappo, env="simple_world_comm", env_kwargs=SHORT, share_params="group",
-                              agent_groups=("agent=prey",), train_groups=("leadadversary", "adversary")))
-    assert list(summary["eval_group_returns"]) == ["leadadversary", "adversary", "prey"]
+                              agent_groups=("leadadversary=lead", "agent=prey"), train_groups=("lead", "adversary")))
+    assert list(summary["eval_group_returns"]) == ["lead", "adversary", "prey"]
     ckpt = load(summary["run_dir"])
     assert ckpt["actor"]["net.head.weight"].shape == (3, 16, 20)  # one output layer per group, padded to 20
     assert all(math.isfinite(v) for v in summary["final_losses"].values())
