@@ -2,12 +2,12 @@
 Learning", JMLR, arXiv:2304.09870; the sequential update of Kuba et al. 2022, arXiv:2109.11251;
 A2C is the synchronous A3C of Mnih et al. 2016, arXiv:1602.01783).
 
-Every agent has its own policy parameters; one critic on the global state values the team's
-return. Each update draws a random order of the agents, and they update one after another,
-each with the policy-gradient loss of the joint advantage weighted by the product of the
-probability ratios pi_new / pi_old of the agents updated before it: no ratio clipping, no
-minibatches. The same file as algos/maa2c.py except the team critic and that sequential
-update. Run:
+Every agent has its own policy parameters (--share-params none); one critic on the global state
+values the team's return (one per learning group: rival teams keep theirs). Each update draws a
+random order of the agents, and they update one after another, each with the policy-gradient loss
+of the joint advantage weighted by the product of the probability ratios pi_new / pi_old of the
+agents updated before it: no ratio clipping, no minibatches. The same file as algos/maa2c.py
+except the team critic and that sequential update. Run:
 
     python algos/haa2c.py --env simple_spread
 """
@@ -19,15 +19,16 @@ import torch
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              resume_envs, rng_state, seed_everything, start_or_resume)
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
+                              seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, ValueNorm, explained_variance, forward_agent
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 10_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
@@ -69,6 +70,9 @@ class Args(RunArgs):
     """hidden layer widths of actor and critic"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation"""
+    share_params: Literal["all", "group", "none"] = "none"
+    """none (HAA2C's own): one actor per agent, each updated in its turn; all / group: agents share an actor set,
+    which each of them updates in its turn (HARL's share_param). Also --agent-groups, --train-groups, --load-group"""
 
     @property
     def batch_size(self) -> int:
@@ -89,28 +93,29 @@ def validate(args: Args) -> None:
         raise ConfigError(f"--gae-lambda must be in [0, 1] (1.0: n-step returns), got {args.gae_lambda}")
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
+    check_group_args(args)  # --share-params, --load-group (common/groups.py)
 
 
 # ============================================================================ 2. NETWORKS
-def build_networks(args: Args, env, device):
-    """Decentralised actor with separate parameters per agent (stacked, run as one batched call);
-    one team critic V(s) on the global state. Image observations (obs_shape (H, W, C)) and image
-    states get a small CNN in front (nets.encoder_for; the actor's has separate filters per agent)."""
+def build_networks(args: Args, env, device, n_teams: int = 1):
+    """Decentralised actor with separate parameters per agent (stacked, run as one batched call; --share-params
+    all / group: shared sets); one team critic V(s) on the global state per learning team. Image observations
+    (obs_shape (H, W, C)) and image states get a small CNN in front (nets.encoder_for)."""
     action_size = env.n_actions if env.discrete else env.action_dim
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  False, args.hidden_sizes, args.recurrent, args.activation).to(device)
-    # The critic is one "agent", the team (its agent-id one-hot is a constant 1): (L, B, 1, state_dim) -> (L, B, 1)
+                  param_layout(args, env), args.hidden_sizes, args.recurrent, args.activation).to(device)
+    # The critic's "agents" are the K teams, each its own weights (one team: its one-hot is a constant 1):
+    # (L, B, K, state_dim) -> (L, B, K)
     state_in = env.state_shape if len(env.state_shape) == 3 else env.state_dim  # an image state, or flat
-    critic = Critic(state_in, 1, True, args.hidden_sizes, args.recurrent, args.activation).to(device)
+    critic = Critic(state_in, n_teams, n_teams == 1, args.hidden_sizes, args.recurrent, args.activation).to(device)
     return actor, critic
 
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
 def team_value(critic, state: torch.Tensor, critic_state, starts: torch.Tensor):
-    """V(s) of the team: state (L, B, state_dim), starts (L, B, N) -> (value (L, B), critic_state).
-    One value per env step: the joint advantage it gives is what every agent's update weighs."""
-    value, critic_state = critic(state.unsqueeze(-2), critic_state, starts[..., :1])  # (L, B, 1)
-    return value[..., 0], critic_state
+    """V(s) of every learning team: state (L, B, state_dim), starts (L, B, K) -> (value (L, B, K), critic_state).
+    One value per env step and team: the joint advantage it gives is what its agents' updates weigh."""
+    return critic(state.unsqueeze(-2).expand(*starts.shape, -1), critic_state, starts)  # (L, B, K)
 
 
 def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
@@ -147,6 +152,19 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+def team_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """masked_mean of x (..., K) within each team: (K,). Rival teams never share a mean or a scale."""
+    return torch.stack([masked_mean(x[..., k], mask[..., k]) for k in range(x.shape[-1])])
+
+
+def agent_forward(actor, agent: int, *inputs):
+    """nets.forward_agent (the agent's own rows of the stacked weights) where every agent has its own set; shared
+    sets (--share-params all / group) run the whole actor and cut the agent's distribution (over (L, B, 1)) out."""
+    if not actor.net.share_params and actor.net.n_sets == actor.net.n_agents:
+        return forward_agent(actor, agent, *inputs)
+    return actor(*inputs)[0].agent(agent), None
+
+
 def agent_ratio(dist, d, agent: int) -> torch.Tensor:
     """pi_new / pi_old of one agent at every step, (T, E), from its own distribution (over (L, B, 1),
     nets.forward_agent); 1 where the agent was not alive."""
@@ -165,28 +183,28 @@ def agent_policy_loss(dist, d, agent: int, factor: torch.Tensor, advantages: tor
     return -masked_mean(factor * advantages * ratio, alive), masked_mean(dist.entropy()[..., 0], alive)
 
 
-def checkpoint_payload(args, actor, critic, value_norm, actor_optimizers, critic_optimizer, order_gen, global_step,
-                       iteration, rollout):
+def checkpoint_payload(args, teams, actor, critic, value_norm, actor_optimizers, critic_optimizer, order_gen,
+                       global_step, iteration, rollout):
     """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; `rollout`
     is what the rollout carries into the next iteration (episode starts, recurrent states)."""
     return {"algo": "haa2c", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "value_norm": value_norm.state_dict(), "actor_optimizers": [o.state_dict() for o in actor_optimizers],
             "critic_optimizer": critic_optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
-            "rng": rng_state(), "order_rng": order_gen.get_state(), "rollout": rollout}
+            "rng": rng_state(), "order_rng": order_gen.get_state(), "rollout": rollout,
+            **teams.payload(actor=actor)}  # the critics are per team, not per agent: --load-group copies actors
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's actor, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "haa2c", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's acting network (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     actor, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
-    return report_greedy_evaluation(args, saved, env, actor, device)
+    return actor
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "haa2c", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -196,12 +214,19 @@ def main(args: Args) -> dict:
     envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
-    actor, critic = build_networks(args, envs, device)
-    value_norm = ValueNorm().to(device)
-    # One Adam per agent over the stacked actor weights: agent n's loss has exactly zero gradient
-    # on the other agents' slices, so its Adam's moments there stay zero and so do its updates.
-    # Each agent thus keeps its own moment estimates, as if it had its own network.
-    actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=args.learning_rate, eps=1e-5) for _ in range(N)]
+    teams = policy_map(args, envs, "haa2c", device)  # groups, which learn, which act as other runs; bad names fail
+    # K learning teams, each with its own team reward and critic. The buffer keeps team k's value and critic state
+    # in its agents' slots (team_of[n]: agent n's team, 0 for fixed agents: never read), read back at heads[k].
+    K, heads, groups = len(teams.learning), [m[0] for m in teams.learning], teams.members  # groups: for the logs
+    team_of = [next((k for k, m in enumerate(teams.learning) if n in m), 0) for n in range(N)]
+    actor, critic = build_networks(args, envs, device, K)
+    value_norm = ValueNorm(groups=None if K == 1 else range(K)).to(device)
+    teams.load_weights({"actor": actor})  # --load-group from a HAA2C run: copy that group's actor
+    # One Adam per parameter set over the stacked actor weights: agent n's loss has exactly zero gradient
+    # on the other sets' slices, so its Adam's moments there stay zero and so do its updates.
+    # Each agent (or shared set) thus keeps its own moment estimates, as if it had its own network.
+    set_of = actor.net.set_of_agent.tolist()  # (N,) the set agent n updates in its turn
+    actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=args.learning_rate, eps=1e-5) for _ in set(set_of)]
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.learning_rate, eps=1e-5)
     optimizers = actor_optimizers + [critic_optimizer]
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
@@ -223,7 +248,7 @@ def main(args: Args) -> dict:
     mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, n_actions)
     starts = torch.ones(E, N, device=device)  # 1 where an episode starts: recurrent states reset there
     actor_state = actor.initial_state(E, device)  # tuple of (E, N, H), or None
-    critic_state = critic.initial_state(E, device)  # tuple of (E, 1, H), or None
+    critic_state = critic.initial_state(E, device)  # tuple of (E, K, H), or None
     if restored:  # the resumed rollout goes on mid-episode where it stopped
         starts, actor_state, critic_state = ckpt["rollout"]
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
@@ -251,9 +276,11 @@ def main(args: Args) -> dict:
                 extras["action_masks"] = mask
             with torch.no_grad():
                 dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
-                action = dist.sample()  # (1, E, N) or (1, E, N, act_dim)
+                action = teams.override(dist.sample()[0], obs, starts, mask)[None]  # (1, E, N[, act_dim]); groups
+                # loaded from another algorithm's run act as that run does
                 logprob = dist.log_prob(action)  # (1, E, N)
-                value, critic_state = team_value(critic, state[None], critic_state, starts[None])  # (1, E)
+                value, critic_state = team_value(critic, state[None], critic_state,
+                                                 starts[None][..., heads])  # (1, E, K)
             result = envs.step(action[0])  # a torch env keeps it on the device
             next_obs = torch.as_tensor(result.obs, device=device)
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true s_{t+1}, before auto-reset
@@ -262,15 +289,15 @@ def main(args: Args) -> dict:
                 final_state = torch.as_tensor(result.final_state, device=device)
                 with torch.no_grad():
                     final_value, _ = team_value(critic, final_state[None], critic_state,
-                                                torch.zeros_like(starts)[None])  # (1, E)
+                                                torch.zeros_like(starts)[None][..., heads])  # (1, E, K)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0][:, None].expand(E, N),
+                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0][:, team_of],
                 rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
                 dones=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
-                final_values=final_value[0][:, None].expand(E, N), **extras)
+                final_values=final_value[0][:, team_of], **extras)
             obs, state = next_obs, torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             starts = ended
@@ -278,7 +305,7 @@ def main(args: Args) -> dict:
             agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
             train_lengths.extend(result.episode_length[result.done].tolist())
         with torch.no_grad():  # V(s_T): bootstraps the last step wherever its episode goes on
-            last_value, _ = team_value(critic, state[None], critic_state, starts[None])  # (1, E)
+            last_value, _ = team_value(critic, state[None], critic_state, starts[None][..., heads])  # (1, E, K)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
@@ -288,76 +315,83 @@ def main(args: Args) -> dict:
         with torch.no_grad():
             # V(s_{t+1}) is the next step's value while the episode goes on, and the value of the
             # final state where it ended (the next step's value belongs to a new episode).
-            values = b["state_values"][..., 0]  # (T, E) V(s) as predicted in the rollout
-            next_values = torch.cat([values[1:], last_value], dim=0)  # (T, E)
-            next_values = torch.where(b["episode_ends"][..., 0].bool(), b["final_values"][..., 0], next_values)
+            values = b["state_values"][..., heads]  # (T, E, K) V(s) as predicted in the rollout
+            next_values = torch.cat([values[1:], last_value], dim=0)  # (T, E, K)
+            next_values = torch.where(b["episode_ends"][..., heads].bool(), b["final_values"][..., heads], next_values)
             values = value_norm.denormalize(values) if args.value_norm else values
             next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
-            # One team reward, one team value: GAE gives the joint advantage A(s, a) of each env
-            # step, the quantity the multi-agent advantage decomposition splits among the agents.
-            team_reward = b["rewards"].sum(-1)  # (T, E), R_pz3 units for mpe2
-            terminated, truncated = team_flags(b["truncated"], b["episode_ends"])  # (T, E) each
+            # One team reward, one team value per team: GAE gives the joint advantage A(s, a) of each env
+            # step, the quantity the multi-agent advantage decomposition splits among the team's agents.
+            team_reward = teams.team_rewards(b["rewards"])  # (T, E, K), R_pz3 units for mpe2
+            flags = [team_flags(b["truncated"][..., m], b["episode_ends"][..., m]) for m in teams.learning]
+            terminated, truncated = (torch.stack(f, -1) for f in zip(*flags))  # (T, E, K) each
             advantages, returns = compute_gae(team_reward, values, next_values, terminated, truncated,
-                                              args.gamma, args.gae_lambda)  # (T, E) each
-            team_alive = b["alive"].amax(-1)  # (T, E): steps in which some agent acted
+                                              args.gamma, args.gae_lambda)  # (T, E, K) each
+            team_alive = torch.stack([b["alive"][..., m].amax(-1) for m in teams.learning], -1)  # (T, E, K)
             if args.norm_adv:
-                adv_mean = masked_mean(advantages, team_alive)
-                adv_std = masked_mean((advantages - adv_mean) ** 2, team_alive).sqrt()
-                advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised over the whole rollout
-            if args.value_norm:
+                adv_mean = team_mean(advantages, team_alive)  # (K,)
+                adv_std = team_mean((advantages - adv_mean) ** 2, team_alive).sqrt()
+                advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised over the rollout, per team
+            if args.value_norm and K == 1:
                 value_norm.update(returns[team_alive.bool()])
+            elif args.value_norm:  # statistics per team: rivals' returns never share a mean
+                value_norm.update(returns, team_alive)
             targets = value_norm.normalize(returns) if args.value_norm else returns
 
 # ============================================================================ 7. UPDATE
         # The agents update one after another, in an order drawn afresh for every update
-        # (Kuba et al. 2022). factor (T, E) is M = the product of pi_new / pi_old of the agents already
+        # (Kuba et al. 2022). factors[k] (T, E) is M = the product of pi_new / pi_old of team k's agents already
         # updated; the next agent's policy gradient weighs its advantage with M, so it improves the
         # joint advantage given its predecessors' new policies. Each forward pass runs the updating
         # agent's own network only (its rows of the stacked weights: forward_agent), each copy's
-        # whole rollout as one sequence.
-        factor = torch.ones(T, E, device=device)  # (T, E)
-        for agent in torch.randperm(N, generator=order_gen).tolist():
+        # whole rollout as one sequence. A shared set (--share-params all / group) is updated once per agent in turn.
+        factors = [torch.ones(T, E, device=device) for _ in range(K)]  # (T, E) per team
+        # Only learning groups' agents update (a random order over them): fixed groups' rows never move.
+        for agent in [n for n in torch.randperm(N, generator=order_gen).tolist() if teams.trained_list[n]]:
+            team, optimizer = team_of[agent], actor_optimizers[set_of[agent]]
             for epoch in range(args.update_epochs):
-                dist, _ = forward_agent(actor, agent, b["states"], first_actor_state, b["episode_starts"],
+                dist, _ = agent_forward(actor, agent, b["states"], first_actor_state, b["episode_starts"],
                                         b.get("action_masks"))  # over (T, E, 1)
-                pg_loss, entropy_loss = agent_policy_loss(dist, b, agent, factor, advantages)
-                actor_optimizers[agent].zero_grad()
+                pg_loss, entropy_loss = agent_policy_loss(dist, b, agent, factors[team], advantages[..., team])
+                optimizer.zero_grad()
                 (pg_loss - args.ent_coef * entropy_loss).backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
-                actor_optimizers[agent].step()
-            with torch.no_grad():  # the agent's ratio at its new policy joins the factor
-                dist, _ = forward_agent(actor, agent, b["states"], first_actor_state, b["episode_starts"],
+                optimizer.step()
+            with torch.no_grad():  # the agent's ratio at its new policy joins its team's factor
+                dist, _ = agent_forward(actor, agent, b["states"], first_actor_state, b["episode_starts"],
                                         b.get("action_masks"))
-                factor = factor * agent_ratio(dist, b, agent)
+                factors[team] = factors[team] * agent_ratio(dist, b, agent)
         # The team critic: regression on the value targets.
         for epoch in range(args.update_epochs):
             new_value, _ = team_value(critic, b["global_states"][..., 0, :], first_critic_state,
-                                      b["episode_starts"])  # (T, E)
+                                      b["episode_starts"][..., heads])  # (T, E, K)
             v_loss = 0.5 * masked_mean((new_value - targets) ** 2, team_alive)
             critic_optimizer.zero_grad()
             v_loss.backward()
             torch.nn.utils.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
             critic_optimizer.step()
         live = team_alive.bool()
+        ev = [explained_variance(values[..., k][live[..., k]], returns[..., k][live[..., k]]) for k in range(K)]
         stats = dict(policy_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_loss.item(),
-                     grad_norm=grad_norm.item(), explained_variance=explained_variance(values[live], returns[live]))
+                     grad_norm=grad_norm.item(), explained_variance=sum(ev) / K)  # EV: the mean over teams
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy, every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, teams.policy(actor), global_step, groups)  # greedy, --eval-every
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
                                charts={"learning_rate": critic_optimizer.param_groups[0]["lr"]},
-                               console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]})
+                               console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]},
+                               groups=groups)
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, actor, critic, value_norm, actor_optimizers, critic_optimizer, order_gen, global_step,
+                args, teams, actor, critic, value_norm, actor_optimizers, critic_optimizer, order_gen, global_step,
                 iteration, (starts, actor_state, critic_state)))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, actor, global_step)
+    recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, groups)
     recorder.save_checkpoint(checkpoint_payload(
-        args, actor, critic, value_norm, actor_optimizers, critic_optimizer, order_gen, global_step,
+        args, teams, actor, critic, value_norm, actor_optimizers, critic_optimizer, order_gen, global_step,
         args.num_iterations, (starts, actor_state, critic_state)))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary

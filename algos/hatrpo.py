@@ -1,11 +1,12 @@
 """HATRPO: heterogeneous-agent TRPO (Kuba et al. 2022, "Trust Region Policy Optimisation in
 Multi-Agent Reinforcement Learning", ICLR, arXiv:2109.11251).
 
-Every agent has its own policy parameters; one critic on the global state values the team's
-return. Each update draws a random order of the agents; one after another, agent i_m takes a
-TRPO step (conjugate gradient, line search under --max-kl) on the joint advantage weighted by the
-product of the ratios pi_new / pi_old of the agents updated before it. The same file as
-algos/happo.py except that each agent's step is a trust-region step. Run:
+Every agent has its own policy parameters (--share-params none); one critic on the global state
+values the team's return (one per learning group: rival teams keep theirs). Each update draws a
+random order of the agents; one after another, agent i_m takes a TRPO step (conjugate gradient,
+line search under --max-kl) on the joint advantage weighted by the product of the ratios
+pi_new / pi_old of the agents updated before it. The same file as algos/happo.py except that each
+agent's step is a trust-region step. Run:
 
     python algos/hatrpo.py --env simple_spread
 """
@@ -20,15 +21,16 @@ from torch.distributions import kl_divergence
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.run_utils import (RunRecorder, args_dict, checkpoint_for_evaluation, pick_device, report_greedy_evaluation,
-                              resume_envs, rng_state, seed_everything, start_or_resume)
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
+                              seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, MaskedCategorical, ValueNorm, explained_variance, forward_agent
 
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 5_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
@@ -82,6 +84,9 @@ class Args(RunArgs):
     """hidden layer widths of actor and critic"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation"""
+    share_params: Literal["all", "group", "none"] = "none"
+    """none (HATRPO's own): one actor per agent, each stepping in its turn; all / group: agents share an actor set,
+    which each of them steps in its turn (HARL's share_param). Also --agent-groups, --train-groups, --load-group"""
 
     @property
     def batch_size(self) -> int:
@@ -109,28 +114,29 @@ def validate(args: Args) -> None:
         raise ConfigError("--max-kl must be positive and --backtrack-coef in (0, 1)")
     if args.render_gif and not args.evaluate_checkpoint:
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
+    check_group_args(args)  # --share-params, --load-group (common/groups.py)
 
 
 # ============================================================================ 2. NETWORKS
-def build_networks(args: Args, env, device):
-    """Decentralised actor with separate parameters per agent (stacked, run as one batched call);
-    one team critic V(s) on the global state. Image observations (obs_shape (H, W, C)) and image
-    states get a small CNN in front (nets.encoder_for; the actor's has separate filters per agent)."""
+def build_networks(args: Args, env, device, n_teams: int = 1):
+    """Decentralised actor with separate parameters per agent (stacked, run as one batched call; --share-params
+    all / group: shared sets); one team critic V(s) on the global state per learning team. Image observations
+    (obs_shape (H, W, C)) and image states get a small CNN in front (nets.encoder_for)."""
     action_size = env.n_actions if env.discrete else env.action_dim
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  False, args.hidden_sizes, args.recurrent, args.activation).to(device)
-    # The critic is one "agent", the team (its agent-id one-hot is a constant 1): (L, B, 1, state_dim) -> (L, B, 1)
+                  param_layout(args, env), args.hidden_sizes, args.recurrent, args.activation).to(device)
+    # The critic's "agents" are the K teams, each its own weights (one team: its one-hot is a constant 1):
+    # (L, B, K, state_dim) -> (L, B, K)
     state_in = env.state_shape if len(env.state_shape) == 3 else env.state_dim  # an image state, or flat
-    critic = Critic(state_in, 1, True, args.hidden_sizes, args.recurrent, args.activation).to(device)
+    critic = Critic(state_in, n_teams, n_teams == 1, args.hidden_sizes, args.recurrent, args.activation).to(device)
     return actor, critic
 
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
 def team_value(critic, state: torch.Tensor, critic_state, starts: torch.Tensor):
-    """V(s) of the team: state (L, B, state_dim), starts (L, B, N) -> (value (L, B), critic_state).
-    One value per env step: the joint advantage it gives is what every agent's update weighs."""
-    value, critic_state = critic(state.unsqueeze(-2), critic_state, starts[..., :1])  # (L, B, 1)
-    return value[..., 0], critic_state
+    """V(s) of every learning team: state (L, B, state_dim), starts (L, B, K) -> (value (L, B, K), critic_state).
+    One value per env step and team: the joint advantage it gives is what its agents' updates weigh."""
+    return critic(state.unsqueeze(-2).expand(*starts.shape, -1), critic_state, starts)  # (L, B, K)
 
 
 def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
@@ -170,6 +176,24 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+def team_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """masked_mean of x (..., K) within each team: (K,). Rival teams never share a mean or a scale."""
+    return torch.stack([masked_mean(x[..., k], mask[..., k]) for k in range(x.shape[-1])])
+
+
+def own_sets(actor) -> bool:
+    """Every agent has its own parameter set (--share-params none): its rows run and move alone."""
+    return not actor.net.share_params and actor.net.n_sets == actor.net.n_agents
+
+
+def agent_forward(actor, agent: int, *inputs, params=None):
+    """nets.forward_agent (the agent's own rows of the stacked weights) with own_sets; shared sets (--share-params
+    all / group) run the whole actor (at params) and cut the agent's distribution (over (L, B, 1)) out."""
+    if own_sets(actor):
+        return forward_agent(actor, agent, *inputs, params=params)
+    return torch.func.functional_call(actor, params or {}, inputs)[0].agent(agent), None
+
+
 def agent_ratio(dist, d, agent: int) -> torch.Tensor:
     """pi_new / pi_old of one agent at every step, (L, B), from its own distribution (over (L, B, 1),
     nets.forward_agent); 1 where the agent was not alive."""
@@ -202,10 +226,12 @@ def policy_kl(old, new) -> torch.Tensor:
 
 def agent_surrogate_and_kl(actor, theta_row, theta_all, agent: int, d, a_state, old_dist, factor):
     """One agent's surrogate mean_alive[M * rho * A] and mean_alive[KL(pi_old || pi)] over its live steps,
-    each (1,), with its parameters at theta_row (1, P) (the others' rows of theta_all (N, P) are not read);
-    M = factor (L, S); old_dist: the agent's own rollout policy, over (L, S, 1)."""
-    theta = torch.cat([theta_all[:agent], theta_row, theta_all[agent + 1:]])  # (N, P), differentiable in theta_row
-    dist, _ = forward_agent(actor, agent, d["states"], a_state, d["episode_starts"], d.get("action_masks"),
+    each (1,), with its parameters at theta_row (1, P) (the others' rows of theta_all (N, P) are not read;
+    shared sets: theta_all (1, P) is the whole actor); M = factor (L, S); old_dist: the agent's own policy
+    before its step (with its own set, its rollout policy), over (L, S, 1)."""
+    row = agent if len(theta_all) > 1 else 0
+    theta = torch.cat([theta_all[:row], theta_row, theta_all[row + 1:]])  # (N, P), differentiable in theta_row
+    dist, _ = agent_forward(actor, agent, d["states"], a_state, d["episode_starts"], d.get("action_masks"),
                             params=as_param_dict(actor, theta))  # the agent's own network, over (L, S, 1)
     ratio = (dist.log_prob(d["actions"][:, :, agent:agent + 1])[..., 0] - d["log_probs"][..., agent]).exp()
     alive = d["alive"][..., agent]
@@ -240,9 +266,12 @@ def fisher_vector_product(kl_grad: torch.Tensor, theta: torch.Tensor, v: torch.T
 def agent_trpo_step(actor, d, a_state, old_dist, agent: int, factor, max_kl: float, damping: float, cg_iters: int,
                     backtrack_coef: float, backtrack_iters: int):
     """One TRPO step of one agent on the rollout d (Schulman et al. 2015, Appendix C), the others held
-    fixed. Returns (the accepted fraction of the full step, 0 if none; the surrogate after the step)."""
-    theta_all = flat_params(actor, actor.net.n_agents)  # (N, P), row n = agent n
-    theta_old = theta_all[agent:agent + 1]  # (1, P)
+    fixed. Returns (the accepted fraction of the full step, 0 if none; the surrogate after the step). A shared set
+    (--share-params all / group) is one row, the whole actor: the agent's step moves it for every agent using it
+    (other sets and agents' rows get an exactly zero step: their gradient and Fisher rows are zero)."""
+    row = agent if own_sets(actor) else 0
+    theta_all = flat_params(actor, actor.net.n_agents if own_sets(actor) else 1)  # (N, P), row n = agent n; or (1, P)
+    theta_old = theta_all[row:row + 1]  # (1, P)
     theta = theta_old.clone().requires_grad_(True)
     surrogate, kl = agent_surrogate_and_kl(actor, theta, theta_all, agent, d, a_state, old_dist, factor)  # (1,) each
     grad = torch.autograd.grad(surrogate.sum(), theta, retain_graph=True)[0]  # (1, P)
@@ -260,33 +289,35 @@ def agent_trpo_step(actor, d, a_state, old_dist, agent: int, factor, max_kl: flo
             if trial_kl.item() <= max_kl and trial_surrogate.item() > surrogate.item():
                 fraction, new_surrogate = backtrack_coef**k, trial_surrogate
                 break
-        theta_all[agent] += fraction * full_step[0]
-        for p, value in zip(actor.parameters(), as_param_dict(actor, theta_all).values()):
-            p.copy_(value)
+        if fraction:  # a rejected step leaves the actor as it was (a zero or non-finite step included)
+            theta_all[row] += fraction * full_step[0]
+            for p, value in zip(actor.parameters(), as_param_dict(actor, theta_all).values()):
+                p.copy_(value)
     return fraction, new_surrogate.item()
 
 
-def checkpoint_payload(args, actor, critic, value_norm, critic_optimizer, shuffle_gen, global_step, iteration, rollout):
+def checkpoint_payload(args, teams, actor, critic, value_norm, critic_optimizer, shuffle_gen, global_step, iteration,
+                       rollout):
     """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; `rollout`
     is what the rollout carries into the next iteration (episode starts, recurrent states)."""
     return {"algo": "hatrpo", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "value_norm": value_norm.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
             "global_step": global_step, "iteration": iteration, "rng": rng_state(),
-            "shuffle_rng": shuffle_gen.get_state(), "rollout": rollout}
+            "shuffle_rng": shuffle_gen.get_state(), "rollout": rollout,
+            **teams.payload(actor=actor)}  # the critics are per team, not per agent: --load-group copies actors
 
 
-def evaluate_checkpoint(args: Args) -> dict:
-    """Load a run's actor, run greedy episodes, print the returns (and save a GIF if asked)."""
-    ckpt, saved, env, device = checkpoint_for_evaluation(args, "hatrpo", Args)
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's acting network (for --evaluate-checkpoint, and --load-group in any algorithm)."""
     actor, _ = build_networks(saved, env, device)
     actor.load_state_dict(ckpt["actor"])
-    return report_greedy_evaluation(args, saved, env, actor, device)
+    return actor
 
 
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, "hatrpo", Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -296,8 +327,14 @@ def main(args: Args) -> dict:
     envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
-    actor, critic = build_networks(args, envs, device)
-    value_norm = ValueNorm().to(device)
+    teams = policy_map(args, envs, "hatrpo", device)  # groups, which learn, which act as other runs; bad names fail
+    # K learning teams, each with its own team reward and critic. The buffer keeps team k's value and critic state
+    # in its agents' slots (team_of[n]: agent n's team, 0 for fixed agents: never read), read back at heads[k].
+    K, heads, groups = len(teams.learning), [m[0] for m in teams.learning], teams.members  # groups: for the logs
+    team_of = [next((k for k, m in enumerate(teams.learning) if n in m), 0) for n in range(N)]
+    actor, critic = build_networks(args, envs, device, K)
+    value_norm = ValueNorm(groups=None if K == 1 else range(K)).to(device)
+    teams.load_weights({"actor": actor})  # --load-group from a HATRPO run: copy that group's actor
     # Only the critic has an optimiser: the agents move by trust-region steps (section 7).
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.learning_rate, eps=1e-5)
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
@@ -320,7 +357,7 @@ def main(args: Args) -> dict:
     mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, n_actions)
     starts = torch.ones(E, N, device=device)  # 1 where an episode starts: recurrent states reset there
     actor_state = actor.initial_state(E, device)  # tuple of (E, N, H), or None
-    critic_state = critic.initial_state(E, device)  # tuple of (E, 1, H), or None
+    critic_state = critic.initial_state(E, device)  # tuple of (E, K, H), or None
     if restored:  # the resumed rollout goes on mid-episode where it stopped
         starts, actor_state, critic_state = ckpt["rollout"]
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
@@ -342,17 +379,19 @@ def main(args: Args) -> dict:
             extras = {"episode_starts": starts, "global_states": state[:, None].expand(E, N, state.shape[-1])}
             if actor_state is not None:  # states *before* this step, to restart training sequences
                 extras["prev_hidden_states"] = actor_state[0]
-                extras["prev_critic_hidden_states"] = critic_state[0].expand(E, N, -1)
+                extras["prev_critic_hidden_states"] = critic_state[0][:, team_of]  # (E, N, H)
                 if args.recurrent == "lstm":
                     extras["prev_cell_states"] = actor_state[1]
-                    extras["prev_critic_cell_states"] = critic_state[1].expand(E, N, -1)
+                    extras["prev_critic_cell_states"] = critic_state[1][:, team_of]
             if mask is not None:
                 extras["action_masks"] = mask
             with torch.no_grad():
                 dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
-                action = dist.sample()  # (1, E, N) or (1, E, N, act_dim)
+                action = teams.override(dist.sample()[0], obs, starts, mask)[None]  # (1, E, N[, act_dim]); groups
+                # loaded from another algorithm's run act as that run does
                 logprob = dist.log_prob(action)  # (1, E, N)
-                value, critic_state = team_value(critic, state[None], critic_state, starts[None])  # (1, E)
+                value, critic_state = team_value(critic, state[None], critic_state,
+                                                 starts[None][..., heads])  # (1, E, K)
             result = envs.step(action[0])  # a torch env keeps it on the device
             next_obs = torch.as_tensor(result.obs, device=device)
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true s_{t+1}, before auto-reset
@@ -361,15 +400,15 @@ def main(args: Args) -> dict:
                 final_state = torch.as_tensor(result.final_state, device=device)
                 with torch.no_grad():
                     final_value, _ = team_value(critic, final_state[None], critic_state,
-                                                torch.zeros_like(starts)[None])  # (1, E)
+                                                torch.zeros_like(starts)[None][..., heads])  # (1, E, K)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0][:, None].expand(E, N),
+                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0][:, team_of],
                 rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
                 dones=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
-                final_values=final_value[0][:, None].expand(E, N), **extras)
+                final_values=final_value[0][:, team_of], **extras)
             obs, state = next_obs, torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             starts = ended
@@ -377,7 +416,7 @@ def main(args: Args) -> dict:
             agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
             train_lengths.extend(result.episode_length[result.done].tolist())
         with torch.no_grad():  # V(s_T): bootstraps the last step wherever its episode goes on
-            last_value, _ = team_value(critic, state[None], critic_state, starts[None])  # (1, E)
+            last_value, _ = team_value(critic, state[None], critic_state, starts[None][..., heads])  # (1, E, K)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
@@ -387,28 +426,31 @@ def main(args: Args) -> dict:
         with torch.no_grad():
             # V(s_{t+1}) is the next step's value while the episode goes on, and the value of the
             # final state where it ended (the next step's value belongs to a new episode).
-            values = b["state_values"][..., 0]  # (T, E) V(s) as predicted in the rollout
-            next_values = torch.cat([values[1:], last_value], dim=0)  # (T, E)
-            next_values = torch.where(b["episode_ends"][..., 0].bool(), b["final_values"][..., 0], next_values)
+            values = b["state_values"][..., heads]  # (T, E, K) V(s) as predicted in the rollout
+            next_values = torch.cat([values[1:], last_value], dim=0)  # (T, E, K)
+            next_values = torch.where(b["episode_ends"][..., heads].bool(), b["final_values"][..., heads], next_values)
             values = value_norm.denormalize(values) if args.value_norm else values
             next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
-            # One team reward, one team value: GAE gives the joint advantage A(s, a) of each env
-            # step, the quantity the multi-agent advantage decomposition splits among the agents.
-            team_reward = b["rewards"].sum(-1)  # (T, E), R_pz3 units for mpe2
-            terminated, truncated = team_flags(b["truncated"], b["episode_ends"])  # (T, E) each
+            # One team reward, one team value per team: GAE gives the joint advantage A(s, a) of each env
+            # step, the quantity the multi-agent advantage decomposition splits among the team's agents.
+            team_reward = teams.team_rewards(b["rewards"])  # (T, E, K), R_pz3 units for mpe2
+            flags = [team_flags(b["truncated"][..., m], b["episode_ends"][..., m]) for m in teams.learning]
+            terminated, truncated = (torch.stack(f, -1) for f in zip(*flags))  # (T, E, K) each
             advantages, returns = compute_gae(team_reward, values, next_values, terminated, truncated,
-                                              args.gamma, args.gae_lambda)  # (T, E) each
-            team_alive = b["alive"].amax(-1)  # (T, E): steps in which some agent acted
-            adv_mean = masked_mean(advantages, team_alive)
-            adv_std = masked_mean((advantages - adv_mean) ** 2, team_alive).sqrt()
-            advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised over the whole rollout
-            if args.value_norm:
+                                              args.gamma, args.gae_lambda)  # (T, E, K) each
+            team_alive = torch.stack([b["alive"][..., m].amax(-1) for m in teams.learning], -1)  # (T, E, K)
+            adv_mean = team_mean(advantages, team_alive)  # (K,)
+            adv_std = team_mean((advantages - adv_mean) ** 2, team_alive).sqrt()
+            advantages = (advantages - adv_mean) / (adv_std + 1e-8)  # normalised over the rollout, per team
+            if args.value_norm and K == 1:
                 value_norm.update(returns[team_alive.bool()])
+            elif args.value_norm:  # statistics per team: rivals' returns never share a mean
+                value_norm.update(returns, team_alive)
             targets = value_norm.normalize(returns) if args.value_norm else returns
         # Lay the rollout out as (L, S, N, ...): S sequences of L steps (L = 1 without recurrence).
         data = {k: to_chunks(v, L) for k, v in b.items() if not k.startswith("prev_")}
         data.update(advantages=to_chunks(advantages, L), targets=to_chunks(targets, L),
-                    team_alive=to_chunks(team_alive, L))  # team tensors: (L, S)
+                    team_alive=to_chunks(team_alive, L))  # team tensors: (L, S, K)
         # Recurrent states stored at each chunk's first step restart the sequences: (S, N, H).
         init_states = {k: v[::L].reshape(-1, N, v.shape[-1]) for k, v in b.items() if k.startswith("prev_")}
         S = data["rewards"].shape[1]
@@ -416,29 +458,37 @@ def main(args: Args) -> dict:
         if args.recurrent != "none":
             a_state = (init_states["prev_hidden_states"],) + (
                 (init_states["prev_cell_states"],) if args.recurrent == "lstm" else ())
-            c_state = (init_states["prev_critic_hidden_states"][:, :1],) + (
-                (init_states["prev_critic_cell_states"][:, :1],) if args.recurrent == "lstm" else ())
+            c_state = (init_states["prev_critic_hidden_states"][:, heads],) + (
+                (init_states["prev_critic_cell_states"][:, heads],) if args.recurrent == "lstm" else ())
 
 # ============================================================================ 7. UPDATE
         # The agents update one after another, in an order drawn afresh for every update (Kuba et al.
-        # 2022). factor (L, S) is M, the product of pi_new / pi_old of the agents already updated; the
+        # 2022). factors[k] (L, S) is M, the product of pi_new / pi_old of team k's agents already updated; the
         # next agent takes a trust-region step on the surrogate of M * A. Each agent's forward passes
         # run its own network only (its rows of the stacked weights: forward_agent).
+        # A shared set (--share-params all / group) takes one step per agent in turn, each on its own data.
         inputs = (data["states"], a_state, data["episode_starts"], data.get("action_masks"))
-        with torch.no_grad():  # the rollout's policy: every agent's KL is measured from it
+        with torch.no_grad():  # the rollout's policy: with own sets every agent's KL is measured from it
             old_dist, _ = actor(*inputs)
-        factor = torch.ones(L, S, device=device)  # (L, S)
+        factors = [torch.ones(L, S, device=device) for _ in range(K)]  # (L, S) per team
         fractions, surrogates = [], []
-        for agent in torch.randperm(N, generator=shuffle_gen).tolist():
-            fraction, surrogate = agent_trpo_step(actor, data, a_state, old_dist.agent(agent), agent, factor,
-                                                  args.max_kl, args.cg_damping, args.cg_iters, args.backtrack_coef,
+        # Only learning groups' agents update (a random order over them): fixed groups' rows never move.
+        for agent in [n for n in torch.randperm(N, generator=shuffle_gen).tolist() if teams.trained_list[n]]:
+            team = team_of[agent]
+            team_data = {**data, "advantages": data["advantages"][..., team]}  # (L, S): its team's advantage
+            with torch.no_grad():  # the trust region is around its policy before its step (a shared set has moved
+                # in earlier turns, and away from the KL's minimum its Hessian is no Fisher matrix: HARL does so too)
+                start = old_dist.agent(agent) if own_sets(actor) else agent_forward(actor, agent, *inputs)[0]
+            fraction, surrogate = agent_trpo_step(actor, team_data, a_state, start, agent, factors[team], args.max_kl,
+                                                  args.cg_damping, args.cg_iters, args.backtrack_coef,
                                                   args.backtrack_iters)
             fractions, surrogates = fractions + [fraction], surrogates + [surrogate]
-            with torch.no_grad():  # the agent's ratio at its new policy joins the factor
-                dist, _ = forward_agent(actor, agent, *inputs)
-                factor = factor * agent_ratio(dist, data, agent)
+            with torch.no_grad():  # the agent's ratio at its new policy joins its team's factor
+                dist, _ = agent_forward(actor, agent, *inputs)
+                factors[team] = factors[team] * agent_ratio(dist, data, agent)
         with torch.no_grad():
             dist, _ = actor(*inputs)  # every agent's policy after the update (logged entropy and KL)
+        learn = data["alive"] * teams.trained  # (L, S, N) live steps of learning agents
         # The team critic: regression on the value targets, as in MAPPO.
         for epoch in range(args.update_epochs):
             order = torch.randperm(S, generator=shuffle_gen).to(device)
@@ -446,11 +496,11 @@ def main(args: Args) -> dict:
                 d = {k: v[:, mb] for k, v in data.items()}
                 mb_state = None if c_state is None else tuple(s[mb] for s in c_state)
                 new_value, _ = team_value(critic, d["global_states"][..., 0, :], mb_state,
-                                          d["episode_starts"])  # (L, B)
+                                          d["episode_starts"][..., heads])  # (L, B, K)
                 # Team-value loss, clipped around the rollout's prediction (in normalised units)
                 v_loss_unclipped = (new_value - d["targets"]) ** 2
                 if args.clip_vloss:
-                    old_value = d["state_values"][..., 0]  # (L, B)
+                    old_value = d["state_values"][..., heads]  # (L, B, K)
                     v_clipped = old_value + (new_value - old_value).clamp(-args.clip_coef, args.clip_coef)
                     v_loss_unclipped = torch.max(v_loss_unclipped, (v_clipped - d["targets"]) ** 2)
                 v_loss = 0.5 * masked_mean(v_loss_unclipped, d["team_alive"])
@@ -459,29 +509,31 @@ def main(args: Args) -> dict:
                 grad_norm = torch.nn.utils.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
                 critic_optimizer.step()
         live = team_alive.bool()
+        ev = [explained_variance(values[..., k][live[..., k]], returns[..., k][live[..., k]]) for k in range(K)]
         stats = dict(policy_loss=-float(np.mean(surrogates)), value_loss=v_loss.item(),
-                     entropy=masked_mean(dist.entropy(), data["alive"]).item(),
-                     kl=masked_mean(policy_kl(old_dist, dist), data["alive"]).item(),
+                     entropy=masked_mean(dist.entropy(), learn).item(),
+                     kl=masked_mean(policy_kl(old_dist, dist), learn).item(),
                      step_fraction=float(np.mean(fractions)), grad_norm=grad_norm.item(),
-                     explained_variance=explained_variance(values[live], returns[live]))
+                     explained_variance=sum(ev) / K)  # the mean over teams
         update_s = time.time() - t_update
 
 # ============================================================================ 8. LOGGING
-        recorder.maybe_evaluate(eval_envs, actor, global_step)  # greedy, every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, teams.policy(actor), global_step, groups)  # greedy, --eval-every
         recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
                                charts={"learning_rate": critic_optimizer.param_groups[0]["lr"]},
-                               console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]})
+                               console={"value_loss": stats["value_loss"], "entropy": stats["entropy"]},
+                               groups=groups)
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, actor, critic, value_norm, critic_optimizer, shuffle_gen, global_step, iteration,
-                (starts, actor_state, critic_state)))
+                args, teams, actor, critic, value_norm, critic_optimizer, shuffle_gen, global_step,
+                iteration, (starts, actor_state, critic_state)))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
-    recorder.final_evaluation(eval_envs, actor, global_step)
+    recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, groups)
     recorder.save_checkpoint(checkpoint_payload(
-        args, actor, critic, value_norm, critic_optimizer, shuffle_gen, global_step, args.num_iterations,
-        (starts, actor_state, critic_state)))
+        args, teams, actor, critic, value_norm, critic_optimizer, shuffle_gen, global_step,
+        args.num_iterations, (starts, actor_state, critic_state)))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 

@@ -280,12 +280,13 @@ def policy_map(args, envs, algo: str, device: Optional[torch.device] = None) -> 
     for group, path in load.items():
         ckpt = loaded_run(path, group, args.env, agents, names, group_of_agent)
         if ckpt["algo"] != algo:
-            foreign[group] = LoadedPolicy(group, path, ckpt, envs, group_of_agent, names, device)
+            foreign[group] = LoadedPolicy(group, path, ckpt, envs, group_of_agent, names, device, args.env_kwargs)
     if args.train_groups:
         trained_ids = select_groups(args.train_groups, "--train-groups", names, agents, group_of_agent)
         acting = [names[g] for g in trained_ids if names[g] in foreign]
         if acting:
-            raise ConfigError(f"--train-groups names {acting}, loaded from {foreign[acting[0]].algo} run {load[acting[0]]}: a group that "
+            raise ConfigError(f"--train-groups names {acting}, loaded from {foreign[acting[0]].algo} run "
+                              f"{load[acting[0]]}: a group that "
                               f"acts as another algorithm's run stays fixed ({algo} cannot train that run's network); "
                               f"leave it out of --train-groups, or load it from a {algo} run")
     else:
@@ -332,7 +333,7 @@ class LoadedPolicy:
     from its checkpoint, acting as that run's evaluation does (greedy unless it sampled)."""
 
     def __init__(self, group: str, path: str, ckpt: dict, envs, group_of_agent: Sequence[int],
-                 names: Sequence[str], device):
+                 names: Sequence[str], device, env_kwargs: Sequence[str] = ()):
         self.algo = ckpt["algo"]
         try:
             module = importlib.import_module(f"algos.{self.algo}")
@@ -343,9 +344,12 @@ class LoadedPolicy:
         try:
             self.net = module.acting_policy(saved, envs, ckpt, device or torch.device("cpu"))
         except (ConfigError, RuntimeError, ValueError, TypeError, KeyError) as err:
-            raise ConfigError(f"--load-group {group}={path}: that {self.algo} run cannot act in this env as it is "
-                              f"here ({str(err).splitlines()[0][:300]}); load a run trained on the same env, with the "
-                              "same --env-kwargs") from None
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [repr(err)]
+            detail = next((line for line in lines if "size mismatch" in line), lines[0])[:300]
+            raise ConfigError(f"--load-group {group}={path}: that {self.algo} run cannot act in this env as it is here "
+                              f"({detail}); it was trained with --env-kwargs {' '.join(saved.env_kwargs) or '(none)'}, "
+                              f"this run has {' '.join(env_kwargs) or '(none)'}: its observations or actions differ "
+                              "(continuous_actions, N, ...)") from None
         self.net.requires_grad_(False)
         self.greedy = greedy_eval(saved)
         self.agent_mask = torch.as_tensor([names[g] == group for g in group_of_agent], device=device)  # (N,)
@@ -436,7 +440,8 @@ def load_group(path: str, group: str, agents: Sequence[str], groups: Sequence[st
                 raise ConfigError(f"--load-group {group}={path}: {key} parameter {name} is shared by every agent "
                                   f"{'here' if rows is None else 'in that run'} (--share-params all, or MAPPO's "
                                   "--share-critic for the critic), so no group's part can be copied; groups need "
-                                  "--share-params group or none in both (with --share-critic here, only the actor loads)")
+                                  "--share-params group or none in both (with --share-critic here, only the actor "
+                                  "loads)")
             # A set's part of a tensor: its row, or its block of rows (a grouped convolution's filters).
             sets, sets_src = int(rows.max()) + 1, int(rows_src.max()) + 1
             src, param = state[name].view(sets_src, -1, *state[name].shape[1:]), param.view(sets, -1, *param.shape[1:])

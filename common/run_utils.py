@@ -714,4 +714,8 @@ def evaluate_checkpoint(args, algo: str, args_cls, acting_policy) -> Dict[str, A
     `acting_policy(saved_args, env, ckpt, device)` (the function `--load-group` also builds another
     algorithm's run with), plays `--eval-episodes` episodes; prints and returns the returns."""
     ckpt, saved, env, device = checkpoint_for_evaluation(args, algo, args_cls)
-    return report_greedy_evaluation(args, saved, env, acting_policy(saved, env, ckpt, device), device)
+    policy = acting_policy(saved, env, ckpt, device)
+    if getattr(saved, "load_group", ()):  # groups that acted as another algorithm's run act as it again
+        from common.groups import policy_map  # (common.groups builds on this module)
+        policy = policy_map(saved, env, algo, device).policy(policy)
+    return report_greedy_evaluation(args, saved, env, policy, device)

@@ -98,11 +98,10 @@ def test_fisher_vector_product_is_the_hessian_of_the_kl(discrete, share_params):
     diagonal: one agent's parameters do not move another agent's KL."""
     actor = tiny_actor(discrete, share_params)
     d, old_dist = tiny_rollout(actor)
-    G = 1 if share_params else 2
-    theta_old = itrpo.flat_params(actor, G)  # (G, P)
+    theta_old = itrpo.flat_params(actor)  # (G, P), G = 1 if share_params else 2
 
     def kl(theta):
-        return itrpo.surrogate_and_kl(actor, theta, d, None, old_dist, G)[1].sum()
+        return itrpo.surrogate_and_kl(actor, theta, d, None, old_dist)[1].sum()
 
     H = torch.autograd.functional.hessian(kl, theta_old)  # (G, P, G, P)
     v = torch.randn(theta_old.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
@@ -125,16 +124,15 @@ def test_fisher_vector_product_is_the_hessian_of_the_kl(discrete, share_params):
 def test_trpo_step_keeps_the_kl_within_the_limit_and_improves_the_surrogate(algo, discrete, share_params):
     actor = tiny_actor(discrete, share_params)
     d, old_dist = tiny_rollout(actor)
-    G = 1 if share_params else 2
-    theta_old = algo.flat_params(actor, G)
-    surrogate_old, _ = algo.surrogate_and_kl(actor, theta_old, d, None, old_dist, G)
+    theta_old = algo.flat_params(actor)  # (G, P), G = 1 if share_params else 2
+    surrogate_old, _ = algo.surrogate_and_kl(actor, theta_old, d, None, old_dist)
     for max_kl in (0.01, 0.5):  # the second limit is loose enough that the line search has work to do
         for p, value in zip(actor.parameters(), algo.as_param_dict(actor, theta_old).values()):
             p.data.copy_(value)
-        stats = algo.trpo_step(actor, d, None, G, max_kl, damping=0.01, cg_iters=10, backtrack_coef=0.5,
+        stats = algo.trpo_step(actor, d, None, max_kl, damping=0.01, cg_iters=10, backtrack_coef=0.5,
                                backtrack_iters=10)
         with torch.no_grad():
-            surrogate, kl = algo.surrogate_and_kl(actor, algo.flat_params(actor, G), d, None, old_dist, G)
+            surrogate, kl = algo.surrogate_and_kl(actor, algo.flat_params(actor), d, None, old_dist)
         assert stats["step_fraction"] > 0
         assert (kl <= max_kl).all(), (kl, max_kl)  # every agent's own trust region, or the shared one
         assert (surrogate > surrogate_old).all()
@@ -149,9 +147,39 @@ def test_trpo_step_without_an_acceptable_step_leaves_the_actor_alone(algo):
     d, _ = tiny_rollout(actor)
     before = [p.detach().clone() for p in actor.parameters()]
     d["advantages"] = torch.zeros_like(d["advantages"])
-    stats = algo.trpo_step(actor, d, None, 2, 0.01, damping=0.1, cg_iters=10, backtrack_coef=0.5, backtrack_iters=5)
+    stats = algo.trpo_step(actor, d, None, 0.01, damping=0.1, cg_iters=10, backtrack_coef=0.5, backtrack_iters=5)
     assert stats["step_fraction"] == 0.0
     assert all(torch.equal(a, b) for a, b in zip(before, actor.parameters()))
+
+
+@pytest.mark.parametrize("discrete", [True, False], ids=["discrete", "continuous"])
+@pytest.mark.parametrize("algo", [itrpo, matrpo], ids=lambda m: m.__name__)
+def test_trpo_step_gives_each_group_its_trust_region_and_leaves_a_fixed_group_alone(algo, discrete):
+    """--share-params group: agents 0 and 1 share set 0, agent 2 has set 1 (and its own log-std row, padded in
+    the flat layout). Each set improves within its own KL limit; a set whose agents do not learn (no live step
+    under the mask: a group left out of --train-groups) takes no step, without a NaN, and stays bit-identical."""
+    torch.manual_seed(0)
+    actor = Actor(3, 3, discrete, 4, torch.ones(3, 4, dtype=torch.bool), [0, 0, 1], hidden_sizes=(4,)).double()
+    g = torch.Generator().manual_seed(0)
+    d = {"states": torch.randn(1, 8, 3, 3, generator=g, dtype=torch.float64),
+         "episode_starts": torch.zeros(1, 8, 3, dtype=torch.float64), "alive": torch.ones(1, 8, 3, dtype=torch.float64)}
+    with torch.no_grad():
+        old_dist, _ = actor(d["states"], None, d["episode_starts"])
+    d["actions"] = old_dist.sample()
+    d["log_probs"], d["advantages"] = old_dist.log_prob(d["actions"]), torch.randn(1, 8, 3, generator=g).double()
+    theta_old = algo.flat_params(actor)  # (2, P)
+    assert all(torch.equal(a, b) for a, b in zip(algo.as_param_dict(actor, theta_old).values(), actor.parameters()))
+    surrogate_old, _ = algo.surrogate_and_kl(actor, theta_old, d, None, old_dist)
+    algo.trpo_step(actor, d, None, 0.5, damping=0.01, cg_iters=10, backtrack_coef=0.5, backtrack_iters=10)
+    surrogate, kl = algo.surrogate_and_kl(actor, algo.flat_params(actor), d, None, old_dist)
+    assert theta_old.shape[0] == 2 and (kl <= 0.5).all() and (surrogate > surrogate_old).all()
+    for p, value in zip(actor.parameters(), algo.as_param_dict(actor, theta_old).values()):
+        p.data.copy_(value)
+    d["alive"][..., 2] = 0.0  # agent 2's group is fixed
+    stats = algo.trpo_step(actor, d, None, 0.5, damping=0.01, cg_iters=10, backtrack_coef=0.5, backtrack_iters=10)
+    theta = algo.flat_params(actor)
+    assert torch.equal(theta[1], theta_old[1]) and not torch.equal(theta[0], theta_old[0])
+    assert all(math.isfinite(v) for v in stats.values())
 
 
 def test_hatrpo_agent_step_moves_only_its_agent_within_its_trust_region():
@@ -254,8 +282,8 @@ def test_copied_functions_are_identical():
     """Short pure functions are copied between the files on purpose (STYLE.md); the copies must
     be the same text as the reference, so they cannot drift."""
     same = {
-        itrpo: ["compute_gae", "to_chunks", "masked_mean", "flat_params", "as_param_dict", "policy_kl", "group_mean",
-                "surrogate_and_kl", "conjugate_gradient", "fisher_vector_product", "trpo_step"],
+        itrpo: ["compute_gae", "to_chunks", "masked_mean", "group_mean", "set_rows", "flat_params", "as_param_dict",
+                "policy_kl", "set_mean", "surrogate_and_kl", "conjugate_gradient", "fisher_vector_product", "trpo_step"],
         hatrpo: ["team_value", "team_flags", "to_chunks", "masked_mean", "agent_ratio", "compute_gae"],
         haa2c: ["team_value", "team_flags", "masked_mean"],
     }
@@ -264,7 +292,7 @@ def test_copied_functions_are_identical():
         for name in names:
             assert inspect.getsource(getattr(module, name)) == inspect.getsource(getattr(reference[module], name)), \
                 (module.__name__, name)
-    for name in ("flat_params", "as_param_dict", "policy_kl", "conjugate_gradient", "fisher_vector_product"):
+    for name in ("policy_kl", "conjugate_gradient", "fisher_vector_product"):  # MATRPO's flat layout is per set
         assert inspect.getsource(getattr(hatrpo, name)) == inspect.getsource(getattr(matrpo, name)), name
     assert inspect.getsource(haa2c.agent_ratio).replace("(T, E)", "(L, B)") == inspect.getsource(happo.agent_ratio)
 
@@ -314,9 +342,9 @@ def recurrent_settings(algo, recurrent):
 
 # (algo, env settings, extra settings): both envs, both action kinds, every core, per algorithm
 SMOKE = [(name, env, extra) for name, runs in {
-    "itrpo": [({}, dict(recurrent="none")), (CONTINUOUS, dict(recurrent="gru", share_params=False)),
-              (LISTENER, dict(recurrent="lstm", share_params=False))],
-    "matrpo": [({}, dict(recurrent="lstm", share_params=False)), (CONTINUOUS, dict(recurrent="none")),
+    "itrpo": [({}, dict(recurrent="none")), (CONTINUOUS, dict(recurrent="gru", share_params="none")),
+              (LISTENER, dict(recurrent="lstm", share_params="none"))],
+    "matrpo": [({}, dict(recurrent="lstm", share_params="none")), (CONTINUOUS, dict(recurrent="none")),
                (LISTENER, dict(recurrent="gru", critic_input="concat_obs"))],
     "hatrpo": [({}, dict(recurrent="gru")), (CONTINUOUS, dict(recurrent="lstm")), (LISTENER, dict(recurrent="none"))],
     "happo": [({}, dict(recurrent="lstm")), (CONTINUOUS, dict(recurrent="none")), (LISTENER, dict(recurrent="gru"))],
@@ -396,8 +424,8 @@ def test_unsupported_options_fail_with_a_clear_config_error(small):
         with pytest.raises(ConfigError, match="unknown argument"):
             small(module, ent_coef=0.01)  # no entropy bonus in TRPO
     for module in HA.values():
-        with pytest.raises(ConfigError, match="unknown argument"):
-            small(module, share_params=True)  # heterogeneous agents: separate parameters by definition
+        with pytest.raises(ConfigError, match="--share-params must be all, group or none"):
+            module.main(small(module, share_params=True))  # the old boolean, which HA files never had
     with pytest.raises(ConfigError, match="--update-epochs"):
         haa2c.main(small(haa2c, update_epochs=0))
 
