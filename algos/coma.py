@@ -173,11 +173,6 @@ def counterfactual_advantage(q: torch.Tensor, probs: torch.Tensor, actions: torc
     return q_taken - baseline
 
 
-def team_of_agents(learning, n_agents: int) -> torch.Tensor:
-    """(N,) every agent's team, its index in `learning`; 0 for fixed groups' agents, whose losses are masked."""
-    return torch.as_tensor([next((k for k, m in enumerate(learning) if n in m), 0) for n in range(n_agents)])
-
-
 def epsilon_at(args: Args, global_step: int) -> float:
     """Linear anneal of the exploration mix from eps_start to eps_finish over eps_anneal_steps."""
     frac = min(1.0, global_step / args.eps_anneal_steps) if args.eps_anneal_steps > 0 else 1.0
@@ -274,7 +269,7 @@ def main(args: Args) -> dict:
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T, A = args.num_envs, envs.n_agents, args.num_steps, envs.n_actions
     groups, trained = teams.members, teams.trained  # {name: agents}, (N,) 1 where the agent's group learns
-    team_of = team_of_agents(teams.learning, N).to(device)  # (N,)
+    team_of = teams.team_of_agent  # (N,) every agent's learning team
     actor, critic = build_networks(args, envs, device)
     # One group: one set of statistics; rival groups each keep their own (a predator's +10 is the prey's -10).
     one_group = len(teams.names) == 1

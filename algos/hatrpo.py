@@ -331,7 +331,7 @@ def main(args: Args) -> dict:
     # K learning teams, each with its own team reward and critic. The buffer keeps team k's value and critic state
     # in its agents' slots (team_of[n]: agent n's team, 0 for fixed agents: never read), read back at heads[k].
     K, heads, groups = len(teams.learning), [m[0] for m in teams.learning], teams.members  # groups: for the logs
-    team_of = [next((k for k, m in enumerate(teams.learning) if n in m), 0) for n in range(N)]
+    team_of = teams.team_of_agent.tolist()
     actor, critic = build_networks(args, envs, device, K)
     value_norm = ValueNorm(groups=None if K == 1 else range(K)).to(device)
     teams.load_weights({"actor": actor})  # --load-group from a HATRPO run: copy that group's actor

@@ -126,11 +126,6 @@ def team_value(critic, mixer, obs, state, critic_state, starts):
     return mixer(agent_values, state), critic_state  # (L, B, K)
 
 
-def team_of_agents(learning, n_agents: int) -> torch.Tensor:
-    """(N,) every agent's team, its index in `learning`; 0 for fixed groups' agents, whose losses are masked."""
-    return torch.as_tensor([next((k for k, m in enumerate(learning) if n in m), 0) for n in range(n_agents)])
-
-
 def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
     """Per-agent flags (T, E, N) -> the team's (terminated, truncated), each (T, E).
 
@@ -199,7 +194,7 @@ def main(args: Args) -> dict:
     # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
     teams = policy_map(args, envs, "vda2c", device)  # bad names and unusable runs fail here
     groups, trained, K = teams.members, teams.trained, len(teams.learning)  # {name: agents}, (N,), learning teams
-    team_of = team_of_agents(teams.learning, N).to(device)  # (N,)
+    team_of = teams.team_of_agent  # (N,) every agent's learning team
     firsts = [m[0] for m in teams.learning]  # one agent of each team: team values stored per agent are read there
     actor, critic, mixer = build_networks(args, envs, device, teams.learning)  # one mixer per learning team
     teams.load_weights({"actor": actor, "critic": critic})  # --load-group from a vda2c run: copy its weights

@@ -209,6 +209,14 @@ class Teams:
         joint critic and its own team reward in value decomposition and COMA."""
         return [m for g, m in self.members.items() if self.trained_list[m[0]]]
 
+    @property
+    def team_of_agent(self) -> torch.Tensor:
+        """(N,) every agent's learning team, its index in `learning` (0 for fixed groups' agents,
+        whose losses are masked anyway): what gathers a team's value or reward for its agents."""
+        learning = self.learning
+        return torch.as_tensor([next((k for k, m in enumerate(learning) if n in m), 0)
+                                for n in range(len(self.agents))], device=self.device)
+
     def team_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
         """(..., N) -> (..., K): the reward summed over each learning group's agents (its team
         reward). One group of every agent is the plain sum, as cooperative runs always had it."""
