@@ -283,7 +283,7 @@ def logged_keys(source: str) -> set:
             elif isinstance(given[param], ast.Name) and given[param].id == "stats":
                 assert stats_keys, f"{node.func.attr}(...) logs `stats`, but no `stats = dict(...)` was found"
                 keys |= {template.format(k) for k in stats_keys}
-            elif isinstance(given[param], ast.Name):
+            elif isinstance(given[param], (ast.Name, ast.Attribute)):  # a variable or e.g. teams.members
                 keys.add(template.format(*(f"<{n}>" for n in names)))
             else:
                 raise AssertionError(f"cannot read what {ast.unparse(node)} logs from {param!r}; extend logged_keys()")
