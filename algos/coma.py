@@ -120,8 +120,6 @@ def validate(args: Args, env=None) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
     if args.eps_anneal_steps < 0:
         raise ConfigError(f"--eps-anneal-steps must be at least 0, got {args.eps_anneal_steps}")
-    if args.render_gif and not args.evaluate_checkpoint:
-        raise ConfigError("--render-gif needs --evaluate-checkpoint")
     if env is not None and not env.discrete:
         raise ConfigError(f"coma needs discrete actions (its critic outputs one Q value per action and its baseline "
                           f"sums over them); {args.env} has continuous ones. For continuous actions use "

@@ -117,8 +117,6 @@ def validate(args: Args, env=None) -> None:
     if args.buffer_size < args.steps_per_iteration:
         raise ConfigError(f"--buffer-size {args.buffer_size} must hold at least one iteration "
                           f"(--num-steps x --num-envs = {args.steps_per_iteration} env steps)")
-    if args.render_gif and not args.evaluate_checkpoint:
-        raise ConfigError("--render-gif needs --evaluate-checkpoint")
     check_group_args(args)
 
 

@@ -98,8 +98,6 @@ def validate(args: Args) -> None:
         raise ConfigError("--bootstrap-cut completes cut episodes with the learned baseline, so it needs "
                           "--baseline; without one, make --num-steps a multiple of the episode length")
     check_group_args(args)  # --share-params, --load-group (common/groups.py)
-    if args.render_gif and not args.evaluate_checkpoint:
-        raise ConfigError("--render-gif needs --evaluate-checkpoint")
 
 
 # ============================================================================ 2. NETWORKS

@@ -104,8 +104,6 @@ def validate(args: Args) -> None:
     if not 1 <= args.num_minibatches <= sequences:
         raise ConfigError(f"--num-minibatches must be between 1 and {sequences} (the number of "
                           f"{'sequence chunks' if args.recurrent != 'none' else 'env steps'} per rollout)")
-    if args.render_gif and not args.evaluate_checkpoint:
-        raise ConfigError("--render-gif needs --evaluate-checkpoint")
     check_group_args(args)  # --share-params, --load-group (common/groups.py)
     check_gnn_args(args, args.critic_model)  # --gnn-* (common/gnn_args.py)
 

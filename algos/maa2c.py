@@ -90,8 +90,6 @@ def validate(args: Args) -> None:
     if not 0.0 <= args.gae_lambda <= 1.0:
         raise ConfigError(f"--gae-lambda must be in [0, 1] (1.0: n-step returns), got {args.gae_lambda}")
     check_group_args(args)  # --share-params, --load-group (common/groups.py)
-    if args.render_gif and not args.evaluate_checkpoint:
-        raise ConfigError("--render-gif needs --evaluate-checkpoint")
 
 
 # ============================================================================ 2. NETWORKS

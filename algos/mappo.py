@@ -115,19 +115,8 @@ def validate(args: Args) -> None:
     if not 1 <= args.num_minibatches <= sequences:
         raise ConfigError(f"--num-minibatches must be between 1 and {sequences} (the number of "
                           f"{'sequence chunks' if args.recurrent != 'none' else 'env steps'} per rollout)")
-    if args.render_gif and not args.evaluate_checkpoint:
-        raise ConfigError("--render-gif needs --evaluate-checkpoint")
     check_group_args(args)  # --share-params, --load-group (common/groups.py)
-    check_gnn_args(args, args.critic_model)  # --gnn-* (common/gnn_args.py)
-    if args.critic_model == "gnn" and args.critic_input != "state":
-        raise ConfigError("--critic-input is for the MLP critic; the GNN critic's nodes are the agents' observations "
-                          "(drop --critic-input or use --critic-model mlp)")
-    if args.critic_model == "gnn" and args.gnn_critic_pool == "none" and args.gnn_topology == "empty":
-        raise ConfigError("a GNN critic with --gnn-topology empty and --gnn-critic-pool none sees only each agent's "
-                          "own observation (that is IPPO); use --gnn-critic-pool mean or another topology")
-    if args.share_critic and args.critic_model == "gnn" and args.share_params != "all":
-        raise ConfigError("--share-critic builds one MLP critic with an agent-id one-hot; with --critic-model gnn use "
-                          "--share-params all (one GNN critic for every agent) or drop --share-critic")
+    check_gnn_args(args, args.critic_model)  # --gnn-* and what a GNN critic rules out (common/gnn_args.py)
 
 
 # ============================================================================ 2. NETWORKS
@@ -253,10 +242,8 @@ def main(args: Args) -> dict:
     teams = policy_map(args, envs, "mappo", device)  # bad names and unusable runs fail here
     groups, group_onehot, trained = teams.members, teams.onehot, teams.trained  # {name: agents}, (N, G), (N,)
     actor, critic = build_networks(args, envs, device)
-    # Statistics per group: rival returns never mix. A shared critic keeps them too: it predicts each agent's value
-    # in that agent's group's units (the one-hot says which), so a cooperative team whose groups see one return gets
-    # equal statistics anyway, while rivals' returns (a predator's +10 is the prey's -10) are each scaled to unit
-    # size, and neither group's value loss swamps the other's in the weights they share.
+    # Statistics per group: rival returns (a predator's +10 is the prey's -10) never mix, also in a shared critic,
+    # which predicts each agent's value in its group's units (the one-hot says which).
     value_norm = ValueNorm(groups=teams.group_of_agent).to(device)
     # --load-group from a MAPPO run (e.g. a trained opponent): copy its weights. A shared critic serves every group,
     # so one group's critic cannot be put into it: only the actor loads.
@@ -269,9 +256,6 @@ def main(args: Args) -> dict:
     global_step, start_iteration = 0, 1
     ckpt, run_path = start_or_resume(args, "mappo", device)  # a resumed run gets its RNG states back
     if ckpt is not None:
-        if ckpt["args"].get("share_critic", False) != args.share_critic:
-            raise ConfigError(f"--resume {args.resume}: that run was saved with share_critic="
-                              f"{ckpt['args'].get('share_critic', False)}; resume it without --share-critic/--no-share-critic")
         actor.load_state_dict(ckpt["actor"])
         critic.load_state_dict(ckpt["critic"])
         value_norm.load_state_dict(ckpt["value_norm"])

@@ -106,8 +106,6 @@ def validate(args: Args, env=None) -> None:
                           f"(--num-steps x --num-envs = {args.steps_per_iteration} env steps)")
     if args.alpha <= 0:
         raise ConfigError(f"--alpha must be positive, got {args.alpha}")
-    if args.render_gif and not args.evaluate_checkpoint:
-        raise ConfigError("--render-gif needs --evaluate-checkpoint")
     check_group_args(args)
     if env is not None and env.discrete:
         raise ConfigError(f"masac needs continuous actions; {args.env} has discrete ones here: {continuous_hint(args.env)}; "

@@ -104,8 +104,6 @@ def validate(args: Args, env=None) -> None:
                           f"(--num-steps x --num-envs = {args.steps_per_iteration} env steps)")
     if args.noise_clip < 0 or args.policy_noise < 0:
         raise ConfigError("--policy-noise and --noise-clip must be non-negative")
-    if args.render_gif and not args.evaluate_checkpoint:
-        raise ConfigError("--render-gif needs --evaluate-checkpoint")
     check_group_args(args)
     if env is not None and env.discrete:
         raise ConfigError(f"matd3 needs continuous actions; {args.env} has discrete ones here: {continuous_hint(args.env)}; "

@@ -113,8 +113,6 @@ def validate(args: Args) -> None:
     if args.max_kl <= 0 or not 0 < args.backtrack_coef < 1:
         raise ConfigError("--max-kl must be positive and --backtrack-coef in (0, 1)")
     check_group_args(args)  # --share-params, --load-group (common/groups.py)
-    if args.render_gif and not args.evaluate_checkpoint:
-        raise ConfigError("--render-gif needs --evaluate-checkpoint")
 
 
 # ============================================================================ 2. NETWORKS

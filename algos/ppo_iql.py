@@ -137,8 +137,6 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError(f"--tau must be in (0, 1], got {args.tau}")
     if args.ppo_group is not None and args.ppo_group == args.iql_group:
         raise ConfigError(f"--ppo-group and --iql-group must differ, both are {args.ppo_group!r}")
-    if args.render_gif and not args.evaluate_checkpoint:
-        raise ConfigError("--render-gif needs --evaluate-checkpoint")
     if args.shared_encoder == "trained" and args.train_groups and len(set(args.train_groups)) < 2:
         raise ConfigError("--shared-encoder trained moves with the learning group's loss, so the other group would "
                           "not stay fixed: use --shared-encoder frozen (or none) with --train-groups")

@@ -104,8 +104,6 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError(f"--tau must be in (0, 1], got {args.tau}")
     if not 0.0 <= args.td_lambda <= 1.0:
         raise ConfigError(f"--td-lambda must be in [0, 1], got {args.td_lambda}")
-    if args.render_gif and not args.evaluate_checkpoint:
-        raise ConfigError("--render-gif needs --evaluate-checkpoint")
     if env is not None and not env.discrete:
         raise ConfigError(f"qplex picks argmax actions and needs discrete actions; {args.env} has continuous ones. "
                           "For continuous actions use algos/mappo.py or algos/ippo.py "

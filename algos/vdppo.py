@@ -107,8 +107,6 @@ def validate(args: Args) -> None:
     if not 1 <= args.num_minibatches <= sequences:
         raise ConfigError(f"--num-minibatches must be between 1 and {sequences} (the number of "
                           f"{'sequence chunks' if args.recurrent != 'none' else 'env steps'} per rollout)")
-    if args.render_gif and not args.evaluate_checkpoint:
-        raise ConfigError("--render-gif needs --evaluate-checkpoint")
 
 
 # ============================================================================ 2. NETWORKS

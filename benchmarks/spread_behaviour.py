@@ -17,7 +17,7 @@ checkpoint.pt, plays --episodes greedy episodes on fresh copies of the run's env
 Positions come from the observations (mpe2's layout: own velocity, own position, landmarks
 relative to the agent, ...), read after every step. Works for the actor-critic files
 (their checkpoint's "actor"; continuous or discrete actions) and the value-based ones (IQL, VDN,
-QMIX, QPLEX: the "agents" Q-network, greedy).
+QMIX, QPLEX: their Q-agents, greedy), each through its own `acting_policy`.
 """
 import argparse
 import importlib
@@ -41,10 +41,6 @@ AGENT_SIZE = 0.15  # mpe2 simple_spread's agent radius: two agents collide close
 def load_run(run_dir: str):
     """(algo module, the run's saved Args, algo name, checkpoint) of a run folder holding checkpoint.pt."""
     ckpt = load_checkpoint(os.path.join(run_dir, "checkpoint.pt"), torch.device("cpu"))
-    if "actor" not in ckpt and "agents" not in ckpt:
-        raise SystemExit(f"error: {run_dir}: {ckpt['algo']} has neither 'actor' nor 'agents' in its checkpoint; "
-                         "accepted: the actor-critic files (mappo, ippo, happo, ...) and the value-based ones "
-                         "(iql, vdn, qmix, qplex)")
     module = importlib.import_module(f"algos.{ckpt['algo']}")
     with open(os.path.join(run_dir, "args.json")) as f:
         saved = make_args(module.Args, **saved_args(module.Args, json.load(f)))
@@ -59,9 +55,7 @@ def behaviour(run_dir: str, episodes: int, seed: int, radius: float) -> dict:
         raise SystemExit(f"error: {run_dir} was trained on {saved.env}; this script reads simple_spread "
                          "observations (simple_spread, simple_spread_v3, torch:simple_spread)")
     env = make_env(saved.env, episodes, seed, parse_env_kwargs(saved.env_kwargs), device=device)
-    nets = module.build_networks(saved, env, device)  # (actor, critic), (agents, mixer) or IQL's agents
-    actor = nets[0] if isinstance(nets, tuple) else nets  # value-based: the Q-agents, greedy (mixers only train)
-    actor.load_state_dict(ckpt["actor" if "actor" in ckpt else "agents"])
+    actor = module.acting_policy(saved, env, ckpt, device)  # the actor, or value-based files' Q-agents (greedy)
     E, N = env.num_envs, env.n_agents
     obs, _, mask = env.reset()
     state, starts = actor.initial_state(E, device), torch.ones(1, E, N)

@@ -237,12 +237,14 @@ RANGES = {
 
 def check_args(args) -> None:
     """Every shared field of `args` inside its range (RANGES), else a ConfigError naming the flag,
-    the value given and what is accepted."""
+    the value given and what is accepted; --render-gif only with --evaluate-checkpoint."""
     for name, (accepted, what) in RANGES.items():
         value = getattr(args, name, None)
         if value is not None and not accepted(value):
             shown = " ".join(map(str, value)) if isinstance(value, tuple) else value
             raise ConfigError(f"--{name.replace('_', '-')} must be {what}, got {shown}")
+    if getattr(args, "render_gif", None) and not getattr(args, "evaluate_checkpoint", None):
+        raise ConfigError("--render-gif needs --evaluate-checkpoint")
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> Optional[str]:

@@ -43,7 +43,8 @@ class GNNArgs:
 
 def check_gnn_args(args, critic_model: str = "mlp") -> None:
     """Reject GNN options that cannot work, before anything starts; `critic_model` is the file's
-    --critic-model ("mlp" where the critic has no GNN option)."""
+    --critic-model ("mlp" where the critic has no GNN option). A GNN critic also rules out MAPPO's
+    --critic-input, --share-critic with separate actors, and an edgeless graph without pooling."""
     uses_gnn = "gnn" in (args.actor_model, critic_model)
     if uses_gnn and not 1 <= args.gnn_layers <= len(args.hidden_sizes):
         raise ConfigError(f"--gnn-layers must be between 1 and {len(args.hidden_sizes)} (the number of --hidden-sizes "
@@ -53,6 +54,17 @@ def check_gnn_args(args, critic_model: str = "mlp") -> None:
     if uses_gnn and args.share_params == "group":
         raise ConfigError("--share-params group is not available with GNN models yet; use all (one GNN for every "
                           "agent) or none (one GNN per agent)")
+    if critic_model != "gnn":
+        return
+    if getattr(args, "critic_input", "state") != "state":  # MAPPO's
+        raise ConfigError("--critic-input is for the MLP critic; the GNN critic's nodes are the agents' observations "
+                          "(drop --critic-input or use --critic-model mlp)")
+    if getattr(args, "gnn_critic_pool", "mean") == "none" and args.gnn_topology == "empty":
+        raise ConfigError("a GNN critic with --gnn-topology empty and --gnn-critic-pool none sees only each agent's "
+                          "own observation (that is IPPO); use --gnn-critic-pool mean or another topology")
+    if getattr(args, "share_critic", False) and args.share_params != "all":
+        raise ConfigError("--share-critic builds one MLP critic with an agent-id one-hot; with --critic-model gnn use "
+                          "--share-params all (one GNN critic for every agent) or drop --share-critic")
 
 
 def graph_net(args, env, out_dim: int, out_gain: float, pool: str = "none") -> GraphNet:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from common.cli import ConfigError, RunDiverged, RunInterrupted, StopNow, saved_args
+from common.cli import ConfigError, RunDiverged, RunInterrupted, StopNow, saved_args, upgraded
 from common.results import scalar_history
 from envs import make_env, parse_env_kwargs
 
@@ -347,8 +347,9 @@ def start_or_resume(args, algo: str, device: torch.device) -> Tuple[Optional[Dic
     if ckpt["args"]["env"] != args.env:
         raise ConfigError(f"--resume {args.resume} holds a run on {ckpt['args']['env']}; it cannot go on with --env "
                           f"{args.env} (drop --env: a resumed run keeps its settings)")
-    for name in ("num_envs", "num_steps", "env_kwargs"):  # they size the iterations, the replay and the saved envs
-        saved, now = ckpt["args"].get(name), args_dict(args).get(name)
+    # They size the iterations, the replay, the saved envs and the networks.
+    for name in ("num_envs", "num_steps", "env_kwargs", "share_params", "agent_groups", "share_critic"):
+        saved, now = upgraded(name, ckpt["args"].get(name)), args_dict(args).get(name)
         if saved is not None and saved != now:
             raise ConfigError(f"--resume {args.resume}: the run was made with --{name.replace('_', '-')} "
                               f"{' '.join(map(str, saved)) if isinstance(saved, list) else saved}, and a resumed run "

@@ -144,7 +144,7 @@ def test_resume_and_evaluate_round_trip(tiny, tmp_path):
     assert same(end["critic"], saved["critic"]) and same(end["actor"], saved["actor"])
     assert all(rows is None for rows in end["agent_rows"]["critic"].values())
     assert end["optimizer"]["state"][0]["step"].item() == 2 * 2 * mappo.Args.num_minibatches
-    with pytest.raises(ConfigError, match="share_critic=True"):
+    with pytest.raises(ConfigError, match="made with --share-critic True"):
         mappo.main(tag_args(tiny, resume=first["run_dir"], total_timesteps=30, share_critic=False))
     result = mappo.main(tag_args(tiny, evaluate_checkpoint=first["run_dir"]))
     assert result["eval_episodes"] == 1
@@ -173,7 +173,7 @@ def test_load_group_with_a_shared_critic(tiny, tmp_path):
 def test_smoke_recurrent_per_agent_actors(tiny):
     summary = mappo.main(tiny(mappo, env="torch:simple_speaker_listener", env_kwargs=("max_cycles=5",),
                               share_params="none", share_critic=True, recurrent="gru", chunk_len=5,
-                              num_minibatches=2))
+                              num_minibatches=2, agent_groups=("speaker=speaker", "listener=listener")))
     assert all(torch.isfinite(torch.tensor(v)) for v in summary["final_losses"].values())
     assert sorted(summary["eval_group_returns"]) == ["listener", "speaker"]
 
