@@ -138,7 +138,7 @@ def main(argv=None):
         jobs = [(a, PREDATORS) for a in opts.algos] + [(a, PREY) for a in opts.reverse]
         for seed in opts.seeds:
             for algo, learner in jobs:
-                path = os.path.join(opts.out_dir, f"{algo}_{learner}_seed{seed}.json")
+                path = os.path.join(opts.out_dir, f"{algo}_{learner}_{opts.total_timesteps // 1000}k_seed{seed}.json")
                 if os.path.exists(path):
                     continue
                 row = train_against(algo, seed, learner, opponent, opts)
