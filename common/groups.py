@@ -3,8 +3,11 @@
 A *group* is a set of agents that learn one policy and whose returns are counted together.
 By default an agent's group is its name without the `_<index>` suffix (`adversary_0` and
 `adversary_1` -> `adversary`, `agent_0` -> `agent`, `predator_3` -> `predator`), so the
-competitive mpe2 scenarios split into their two sides and the cooperative ones form one team.
-`--agent-groups NAME=GROUP ...` overrides this for single agents or whole prefix groups.
+competitive mpe2 scenarios split into their two sides and the cooperative ones form one team;
+where the prefixes are roles within one team (speaker and listener) `TEAMS` says so.
+`--agent-groups NAME=GROUP ...` overrides this for single agents or whole prefix groups. A group
+is also a team: its agents' rewards are summed into its team reward, and value decomposition
+gives it its own mixer.
 
 Nothing here is RL maths: it names groups, checks the names a user gives, copies a group's
 weights out of another run's checkpoint (`torch.load(..., weights_only=True)`), and lets a group

@@ -149,7 +149,9 @@ def test_group_mean_by_hand_and_the_copies_agree():
     g = torch.Generator().manual_seed(0)
     x, mask = torch.randn(4, 3, 5, generator=g), (torch.rand(4, 3, 5, generator=g) > 0.3).float()
     onehot = torch.nn.functional.one_hot(torch.tensor([0, 1, 1, 2, 0])).float()
-    torch.testing.assert_close(mappo.group_mean(x, mask, onehot), ippo.group_mean(x, mask, onehot))
+    for name in ("ippo", "ia2c", "ipg", "maa2c", "itrpo", "matrpo"):  # every copy computes the same
+        copy = __import__(f"algos.{name}", fromlist=["group_mean"]).group_mean
+        torch.testing.assert_close(copy(x, mask, onehot), mappo.group_mean(x, mask, onehot))
 
 
 # ----------------------------------------------------------------------------- runs
