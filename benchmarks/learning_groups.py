@@ -19,7 +19,7 @@ what is there, so a long benchmark continues across sessions.
 
     python benchmarks/learning_groups.py --algos qmix maddpg happo ia2c --seeds 1 2 3
     python benchmarks/learning_groups.py --algos --reverse ia2c --seeds 1 2 3
-    python benchmarks/learning_groups.py --report
+    python benchmarks/learning_groups.py --report --markdown
 """
 import argparse
 import glob
@@ -104,17 +104,44 @@ def train_against(algo, seed, learner, opponent, opts) -> dict:
     return row
 
 
-def report(out_dir) -> list:
+def bar_met(row) -> bool:
+    """Predators: trained >= 3 x random and >= random + 30. Prey: trained clearly above random
+    (beyond both 95% intervals)."""
+    side = row["learner"]
+    (t, t_ci), (z, z_ci) = row["trained"][side], row["random"][side]
+    return (t >= 3 * z and t >= z + 30) if side == PREDATORS else t - t_ci > z + z_ci
+
+
+def report(out_dir, markdown: bool = False) -> list:
     rows = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out_dir, "*_seed*.json")))]
-    print(f"\n{'algo':<7} {'learns':<9} {'seed':>4} {'steps':>9} | {'trained side':>14} | {'random side':>14} | "
-          f"{'ratio':>6} {'diff':>7} {'bar met':>7}")
+    if markdown:
+        print("| algorithm | learns | env steps | seed | trained side's return | random side's return | ratio | "
+              "difference | bar met | training s |\n|---|---|---|---|---|---|---|---|---|---|")
+    else:
+        print(f"\n{'algo':<7} {'learns':<9} {'seed':>4} {'steps':>9} | {'trained side':>14} | {'random side':>14} | "
+              f"{'ratio':>6} {'diff':>7} {'bar met':>7}")
     for r in rows:
         side = r["learner"]
-        t, z = r["trained"][side][0], r["random"][side][0]
-        ratio = t / z if z > 0 else float("inf")
-        met = (t >= 3 * z and t >= z + 30) if side == PREDATORS else (t > z + 2 * r["random"][side][1])
-        print(f"{r['algo']:<7} {side:<9} {r['seed']:>4} {r['total_timesteps']:>9,} | {t:14.1f} | {z:14.1f} | "
-              f"{ratio:6.1f} {t - z:+7.1f} {str(met):>7}")
+        (t, t_ci), (z, z_ci) = r["trained"][side], r["random"][side]
+        ratio = t / z if z > 0 else float("nan")
+        if markdown:
+            print(f"| {r['algo']} | {side} | {r['total_timesteps'] / 1e6:g}M | {r['seed']} | {t:.1f} +- {t_ci:.1f} | "
+                  f"{z:.1f} +- {z_ci:.1f} | {ratio:.1f} | {t - z:+.1f} | {'yes' if bar_met(r) else 'no'} | "
+                  f"{r['train_wall_time_s']:.0f} |")
+        else:
+            print(f"{r['algo']:<7} {side:<9} {r['seed']:>4} {r['total_timesteps']:>9,} | {t:14.1f} | {z:14.1f} | "
+                  f"{ratio:6.1f} {t - z:+7.1f} {str(bar_met(r)):>7}")
+    means = {}  # the bar is on the mean over seeds
+    for r in rows:
+        means.setdefault((r["algo"], r["learner"], r["total_timesteps"]), []).append(r)
+    print("\nmean over seeds:" if not markdown else "")
+    for (algo, side, steps), group in sorted(means.items()):
+        t = float(np.mean([r["trained"][side][0] for r in group]))
+        z = float(np.mean([r["random"][side][0] for r in group]))
+        met = t >= 3 * z and t >= z + 30 if side == PREDATORS else all(bar_met(r) for r in group)
+        line = (f"{algo} {side}, {steps / 1e6:g}M steps, {len(group)} seed(s): trained {t:.1f}, random {z:.1f}, "
+                f"ratio {t / z:.1f}, difference {t - z:+.1f}, bar {'met' if met else 'not met'}")
+        print(f"- {line}" if markdown else line)
     return rows
 
 
@@ -131,6 +158,7 @@ def main(argv=None):
     parser.add_argument("--run-dir", default="runs/groups")
     parser.add_argument("--out-dir", default="benchmarks/results/learning_groups")
     parser.add_argument("--report", action="store_true", help="only print the table of what --out-dir holds")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (BENCHMARKS.md)")
     opts = parser.parse_args(argv)
     if not opts.report:
         os.makedirs(opts.out_dir, exist_ok=True)
@@ -145,7 +173,7 @@ def main(argv=None):
                 with open(path + ".tmp", "w") as f:
                     json.dump(row, f, indent=1)
                 os.replace(path + ".tmp", path)
-    return report(opts.out_dir)
+    return report(opts.out_dir, opts.markdown)
 
 
 if __name__ == "__main__":
