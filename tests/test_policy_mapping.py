@@ -10,6 +10,7 @@ import subprocess
 import sys
 import typing
 
+import numpy as np
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -231,3 +232,34 @@ def test_cooperative_default_runs_train_as_before(algo, tmp_path):
     for key, value in losses.items():
         assert summary["final_losses"][key] == pytest.approx(value, rel=1e-3, abs=1e-5), key
     assert summary["eval_return_mean"] == pytest.approx(eval_return, rel=1e-4)
+
+
+# ----------------------------------------------------------------------------- groups of different shapes
+@pytest.mark.parametrize("share", ["group", "none"])
+def test_padding_never_reaches_a_groups_own_network(share, tmp_path):
+    """simple_world_comm: the leader sees 34 numbers and has 20 actions, the good agents 28 and 5;
+    the adapter pads to 34 and 20. With a network per group (or agent) the padded inputs are zero and
+    the padded actions masked, so the weights that read padded inputs or write padded logits get no
+    gradient and take no part: each group's network computes what one of its true size computes."""
+    from algos import mappo
+    args = make_args(mappo.Args, env="simple_world_comm", env_kwargs=("max_cycles=5",), share_params=share,
+                     agent_groups=("leadadversary=lead",), hidden_sizes=(16,), cuda=False, run_dir=str(tmp_path))
+    env = make_env(args.env, 2, 0, {"max_cycles": 5})
+    true_obs = torch.as_tensor(env.obs_dims)  # (N,) 34 34 34 34 28 28
+    true_actions = torch.as_tensor(env.action_dim_mask).sum(-1)  # (N,) 20 5 5 5 5 5
+    actor, _ = mappo.build_networks(args, env, "cpu")
+    obs, _, mask = env.reset()
+    rng, steps = np.random.default_rng(0), []
+    for _ in range(5):  # a few random steps: the padded observation entries stay zero
+        obs = torch.as_tensor(obs)
+        steps.append(obs)
+        assert all(not obs[:, n, d:].any() for n, d in enumerate(true_obs.tolist()))
+        obs = env.step(env.sample_actions(rng)).obs
+    dist, _ = actor(torch.stack(steps))  # (L, B, N, 34) -> over (L, B, N) with 20 logits each
+    (dist.entropy().sum() + dist.log_prob(dist.sample()).sum()).backward()
+    first, head = actor.net.body.net[0], actor.net.head  # stacked (sets, in, out) weights
+    for n, s in enumerate(actor.net.set_of_agent.tolist()):  # a set's agents share their true sizes here
+        assert first.weight.grad[s, :true_obs[n]].abs().sum() > 0
+        assert not first.weight.grad[s, true_obs[n]:true_obs.max()].any()  # padded inputs: no gradient
+        assert not head.weight.grad[s, :, true_actions[n]:].any()  # padded actions: no gradient
+    env.close()
