@@ -25,7 +25,7 @@ from torch import nn
 
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
-from common.groups import agent_names, make_teams
+from common.groups import GroupArgs, agent_names, check_group_args, make_teams, policy_map
 from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
                               seed_everything, start_or_resume)
 from envs import discrete_hint, make_env, parse_env_kwargs
@@ -35,7 +35,7 @@ from nets import (MLP, Actor, Critic, EncodedPolicy, QPolicy, ValueNorm, check_p
 
 # ============================================================================ 1. ARGS
 @dataclass
-class Args(RunArgs):
+class Args(GroupArgs, RunArgs):
     # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
     total_timesteps: int = 1_000_000
     """training length in env steps, summed over env copies (one env step = all agents act once)"""
@@ -56,10 +56,10 @@ class Args(RunArgs):
     first group, e.g. simple_tag's adversary)"""
     iql_group: Optional[str] = None
     """the group whose policy IQL learns (default: the env's second group); every agent must be in one of the two"""
-    agent_groups: Tuple[str, ...] = ()
-    """NAME=GROUP pairs putting an agent or a whole prefix group in a group (e.g. leadadversary=adversary)"""
-    train_groups: Tuple[str, ...] = ()
-    """groups that learn (policies_to_train; default: both); the other acts with fixed weights"""
+    share_params: Literal["all", "group", "none"] = "group"
+    """group only: each learner has one network for its group (PPO's actor and critic, IQL's Q-network). Also
+    --agent-groups, --train-groups (policies_to_train; default: both) and --load-group: a loaded group acts as that
+    run (of any algorithm, this one included) and stays fixed (common.groups.GroupArgs)"""
     push_every: int = 1
     """every this many iterations the IQL learner's Q-network is copied into the copy that acts in the rollout (1:
     every iteration, the two-trainers loop; 0: never, the group keeps acting with its initial weights)"""
@@ -135,6 +135,10 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError(f"--push-every must be 0 (never) or positive, got {args.push_every}")
     if not 0.0 < args.tau <= 1.0:
         raise ConfigError(f"--tau must be in (0, 1], got {args.tau}")
+    check_group_args(args)
+    if args.share_params != "group":
+        raise ConfigError(f"ppo_iql learns one network per group (PPO's for one, IQL's for the other): --share-params "
+                          f"group only, got {args.share_params}")
     if args.ppo_group is not None and args.ppo_group == args.iql_group:
         raise ConfigError(f"--ppo-group and --iql-group must differ, both are {args.ppo_group!r}")
     if args.shared_encoder == "trained" and args.train_groups and len(set(args.train_groups)) < 2:
@@ -297,7 +301,7 @@ def checkpoint_payload(args, teams, nets, optimizers, value_norm, reward_norm, r
             **{k: v.state_dict() for k, v in optimizers.items()}, "value_norm": value_norm.state_dict(),
             "reward_norm": reward_norm.state_dict(), "replay": replay.state_dict(), "global_step": global_step,
             "iteration": iteration, "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state(),
-            "agents": teams.agents, "agent_groups": teams.agent_groups}
+            **teams.payload()}
 
 
 def load_joint_policy(ckpt, saved: Args, env, device, random_groups: Tuple[str, ...] = ()) -> JointPolicy:
@@ -331,8 +335,9 @@ def main(args: Args) -> dict:
     validate(args, envs)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
-    # Policy mapping: agent -> group -> the algorithm that learns it; --train-groups picks the learners.
-    teams = make_teams(agent_names(envs), "group", args.agent_groups, args.train_groups)
+    # Policy mapping: agent -> group -> the algorithm that learns it; --train-groups picks the learners, and a group
+    # loaded from a run (--load-group) acts as that run instead and learns nothing.
+    teams = policy_map(args, envs, "ppo_iql", device, copy=False, by_prefix=True)
     ppo_list, iql_list = group_indices(args, teams)
     ppo_idx, iql_idx = torch.as_tensor(ppo_list, device=device), torch.as_tensor(iql_list, device=device)
     Np, Nq = len(ppo_list), len(iql_list)
@@ -342,7 +347,7 @@ def main(args: Args) -> dict:
     actor, critic, q_net = build_networks(args, envs, Np, Nq, dim_mask[ppo_list], dim_mask[iql_list], device)
     target_q = copy.deepcopy(q_net)  # TD targets (a shared encoder is copied too: the target lags as a whole)
     acting_q = copy.deepcopy(q_net)  # the copy that acts in the rollout; the IQL learner pushes into it
-    joint = JointPolicy(actor, q_net, ppo_list, iql_list, envs.n_actions).to(device)  # what evaluation plays
+    joint = teams.policy(JointPolicy(actor, q_net, ppo_list, iql_list, envs.n_actions).to(device))  # evaluation
     # Each learner's optimiser holds its own policy's trainable parameters (each once): a trained shared
     # encoder is in both and moves with both losses; a frozen one is in neither.
     ppo_params, iql_params = trainable_parameters(actor, critic), trainable_parameters(q_net)
@@ -369,6 +374,7 @@ def main(args: Args) -> dict:
     obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
     state = torch.as_tensor(state_np, device=device)  # (E, state_dim)
     mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, A)
+    starts = torch.ones(E, N, device=device)  # episode starts, for a loaded run's recurrent state
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
     recorder = RunRecorder(args, "ppo_iql", run_path, ckpt, device, envs=(envs, eval_envs), watch=tuple(nets.values()))
@@ -399,6 +405,7 @@ def main(args: Args) -> dict:
                 action_q = epsilon_greedy(greedy.q[0], mask_q, epsilon)  # (E, Nq)
             action = torch.zeros(E, N, dtype=torch.long, device=device)  # (E, N) every agent's action
             action[:, ppo_idx], action[:, iql_idx] = action_p[0], action_q
+            action = teams.override(action, obs, starts, mask)  # a loaded group acts as its run (and learns nothing)
             result = envs.step(action)  # a torch env keeps it on the device
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true s_{t+1}, before auto-reset
             reward = torch.as_tensor(result.reward, device=device)  # (E, N)
@@ -428,6 +435,7 @@ def main(args: Args) -> dict:
                     final_mask, device=device).index_select(1, iql_idx)}))
             obs, state = torch.as_tensor(result.obs, device=device), torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
+            starts = ended.expand(E, N)
             done = torch.as_tensor(result.done).cpu().bool()
             train_returns.extend(torch.as_tensor(result.episode_return).cpu()[done].sum(-1).tolist())
             agent_returns.extend(torch.as_tensor(result.episode_return).cpu()[done].tolist())  # (episodes, N)

@@ -278,28 +278,32 @@ def make_teams(agents: Sequence[str], share_params: str, agent_groups: Sequence[
     return Teams(list(agents), names, group_of_agent, [g in trained_ids for g in group_of_agent], load)
 
 
-def policy_map(args, envs, algo: str, device: Optional[torch.device] = None) -> Teams:
+def policy_map(args, envs, algo: str, device: Optional[torch.device] = None, copy: bool = True,
+               by_prefix: bool = False) -> Teams:
     """The run's groups from `args` (`GroupArgs`) and the env's agents: which learn, which start
     from another run. Every name is checked and every loaded run opened here, before a run folder
-    is written: a run on other agents, or whose algorithm cannot act in this env, fails at once."""
+    is written: a run on other agents, or whose algorithm cannot act in this env, fails at once.
+    copy=False: a run of this algorithm acts as that run too (a file whose networks are not laid
+    out per agent, ppo_iql), instead of having its group's weights copied. by_prefix: groups are the
+    name prefixes even where `TEAMS` joins roles into one team (ppo_iql learns roles apart)."""
     agents = agent_names(envs)
     check_share_params(args.share_params)
-    names, group_of_agent = assign_groups(agents, args.agent_groups, args.env)
+    names, group_of_agent = assign_groups(agents, args.agent_groups, "" if by_prefix else args.env)
     load = parse_pairs(args.load_group, "--load-group", "adversary=runs/<run_name>")
     select_groups(list(load), "--load-group", names, agents, group_of_agent)
     foreign = {}
     for group, path in load.items():
         ckpt = loaded_run(path, group, args.env, agents, names, group_of_agent)
-        if ckpt["algo"] != algo:
+        if ckpt["algo"] != algo or not copy:
             foreign[group] = LoadedPolicy(group, path, ckpt, envs, group_of_agent, names, device, args.env_kwargs)
     if args.train_groups:
         trained_ids = select_groups(args.train_groups, "--train-groups", names, agents, group_of_agent)
         acting = [names[g] for g in trained_ids if names[g] in foreign]
         if acting:
             raise ConfigError(f"--train-groups names {acting}, loaded from {foreign[acting[0]].algo} run "
-                              f"{load[acting[0]]}: a group that "
-                              f"acts as another algorithm's run stays fixed ({algo} cannot train that run's network); "
-                              f"leave it out of --train-groups, or load it from a {algo} run")
+                              f"{load[acting[0]]}: a group that acts as a loaded run stays fixed ({algo} cannot train "
+                              f"that run's network); leave it out of --train-groups"
+                              + (f", or load it from a {algo} run" if copy else ""))
     else:
         trained_ids = [g for g, name in enumerate(names) if name not in foreign]
     if not trained_ids:

@@ -263,3 +263,19 @@ def test_padding_never_reaches_a_groups_own_network(share, tmp_path):
         assert not first.weight.grad[s, true_obs[n]:true_obs.max()].any()  # padded inputs: no gradient
         assert not head.weight.grad[s, :, true_actions[n]:].any()  # padded actions: no gradient
     env.close()
+
+
+def test_ppo_iql_takes_the_same_flags_and_loads_a_group_as_its_run(prey_runs, tmp_path):
+    """ppo_iql's groups are its two learners; a loaded group acts as its run (even a ppo_iql one)
+    and its learner learns nothing: here the prey act as the MAPPO run, the PPO predators learn."""
+    from algos import ppo_iql
+    fields = ppo_iql.Args.__dataclass_fields__
+    assert {"share_params", "agent_groups", "train_groups", "load_group"} <= set(fields)
+    settings = dict(env="torch:simple_tag", env_kwargs=SHORT, num_envs=2, num_steps=4, total_timesteps=16,
+                    eval_episodes=2, eval_num_envs=1, batch_size=2, cuda=False, run_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="group only"):
+        ppo_iql.main(make_args(ppo_iql.Args, share_params="all", **settings))
+    summary = ppo_iql.main(make_args(ppo_iql.Args, load_group=(f"agent={prey_runs['mappo']}",), **settings))
+    assert sorted(summary["eval_group_returns"]) == ["adversary", "agent"] and finite(summary["final_losses"])
+    again = ppo_iql.main(make_args(ppo_iql.Args, load_group=(f"agent={summary['run_dir']}",), **settings))
+    assert sorted(again["eval_group_returns"]) == ["adversary", "agent"]  # a ppo_iql run's prey, acting as it
