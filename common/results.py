@@ -76,18 +76,29 @@ def tfevent_records(path: str) -> Iterable[bytes]:
         i = start + length + 4
 
 
+SCALARS_CSV = "scalars.csv"  # every scalar of a run, beside its event files: step, tag, value, wall_time
+
+
 def scalar_history(run_path: str, tags: Sequence[str]) -> Dict[str, List[Tuple[int, float]]]:
-    """{tag: [(step, value), ...]} from every event file of a run folder, steps ascending.
+    """{tag: [(step, value), ...]} from every event file of a run folder, steps ascending; from
+    its `scalars.csv` where the folder has no event files (results kept without TensorBoard).
 
     Event files are read oldest first. A resumed run writes a new file into the same folder and
     logs again from its checkpoint's step; as TensorBoard itself does, a value at a step not
     after the last one seen for that tag drops the older values from that step on, so the steps
-    trained twice count once (as the resumed process logged them).
+    trained twice count once (as the resumed process logged them). The CSV, appended to by the
+    resumed process, is read the same way.
     """
     from tensorboard.compat.proto import event_pb2  # protobuf only; no TensorFlow
 
     files = sorted((f for f in os.listdir(run_path) if f.startswith("events.out.tfevents")), key=_event_file_order)
     history: Dict[str, List[Tuple[int, float]]] = {tag: [] for tag in tags}
+    if not files and os.path.exists(os.path.join(run_path, SCALARS_CSV)):
+        with open(os.path.join(run_path, SCALARS_CSV), newline="") as f:
+            for row in csv.DictReader(f):
+                if row["tag"] in history:
+                    _append(history[row["tag"]], int(row["step"]), float(row["value"]))
+        return history
     needles = [tag.encode() for tag in tags]
     for name in files:
         for raw in tfevent_records(os.path.join(run_path, name)):
@@ -98,11 +109,15 @@ def scalar_history(run_path: str, tags: Sequence[str]) -> Dict[str, List[Tuple[i
                 if value.tag not in history:
                     continue
                 number = value.simple_value if value.HasField("simple_value") else _tensor_value(value.tensor)
-                points = history[value.tag]
-                while points and points[-1][0] >= event.step:
-                    points.pop()
-                points.append((int(event.step), float(number)))
+                _append(history[value.tag], int(event.step), float(number))
     return history
+
+
+def _append(points: List[Tuple[int, float]], step: int, value: float) -> None:
+    """Add a point; one at a step not after the last drops the older points from that step on."""
+    while points and points[-1][0] >= step:
+        points.pop()
+    points.append((step, value))
 
 
 def _event_file_order(name: str) -> tuple:

@@ -3,6 +3,7 @@ summary.json, console progress, greedy evaluation, and the bookkeeping of a trai
 (`start_or_resume`, `RunRecorder`, `checkpoint_for_evaluation`, `report_greedy_evaluation`).
 Nothing here is RL maths: what is trained, logged as a loss or saved in a checkpoint is decided
 in the algorithm files."""
+import csv
 import dataclasses
 import json
 import math
@@ -21,9 +22,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams as tb_hparams
 
 from common.cli import ConfigError, RunDiverged, RunInterrupted, StopNow, saved_args, upgraded
-from common.results import scalar_history
+from common.results import SCALARS_CSV, scalar_history
 from envs import make_env, parse_env_kwargs
 
 
@@ -401,6 +403,38 @@ def _next_multiple(step: int, every: int) -> Optional[int]:
 UNDEFINED_OK = ("explained_variance",)
 
 
+class ScalarWriter:
+    """TensorBoard's writer that also appends every scalar to `scalars.csv` beside the event files
+    (step, tag, value, wall_time: the curves readable without TensorBoard, by `run.py plot` too),
+    and puts the run's args in TensorBoard's HParams view, with the evaluation return as its metric.
+    A resumed run appends to the same file."""
+
+    def __init__(self, run_path: str, hparams: Dict[str, Any]):
+        self.tb = SummaryWriter(run_path)
+        path = os.path.join(run_path, SCALARS_CSV)
+        new = not os.path.exists(path)
+        self.file = open(path, "a", newline="")
+        self.csv = csv.writer(self.file)
+        if new:
+            self.csv.writerow(["step", "tag", "value", "wall_time"])
+        shown = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
+        for summary in tb_hparams(shown, {"eval/episodic_return": 0.0}):  # experiment, session start, session end
+            self.tb.file_writer.add_summary(summary)
+
+    def add_scalar(self, tag: str, value, step: int) -> None:
+        value = float(value)
+        self.tb.add_scalar(tag, value, step)
+        self.csv.writerow([int(step), tag, repr(value), f"{time.time():.3f}"])
+
+    def flush(self) -> None:
+        self.tb.flush()
+        self.file.flush()
+
+    def close(self) -> None:
+        self.tb.close()
+        self.file.close()
+
+
 class RunRecorder:
     """What every training run records besides its losses, kept in one place.
 
@@ -437,7 +471,7 @@ class RunRecorder:
         global_step = ckpt["global_step"] if ckpt else 0
         self.checkpoint_path = os.path.join(run_path, "checkpoint.pt")
         self.checkpoint_step = global_step if ckpt else None  # env step of the last checkpoint written
-        self.writer = SummaryWriter(run_path)
+        self.writer = ScalarWriter(run_path, args_dict(args))  # TensorBoard, scalars.csv, the HParams view
         write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
         self.progress = Progress(args.total_timesteps, global_step)
         # (global_step, mean greedy return) of each evaluation; a resumed run starts from those made before its
@@ -568,6 +602,7 @@ class RunRecorder:
             w.add_scalar(f"losses/{key}", value, global_step)
         w.add_scalar("timers/rollout_s", rollout_s, global_step)
         w.add_scalar("timers/update_s", update_s, global_step)
+        w.file.flush()  # scalars.csv holds every finished iteration, whatever stops the run later
         self.last_stats = dict(stats)
         self.check_finite(global_step, stats)
         self.progress.maybe_print(global_step, sps, {
