@@ -57,8 +57,9 @@ import yaml
 
 from common.cli import (DEBUG_FLAG, ConfigError, RunInterrupted, RunStopped, debugging, did_you_mean, parse_args,
                         report_errors, where_raised)
-from common.results import (curves_on_grid, diverged_note, find_runs, latest_per_seed, markdown_table, mean_and_band,
-                            read_run, read_summary, results_table, run_status, unfinished_note, write_tables)
+from common.results import (curves_on_grid, diverged_note, find_runs, latest_per_seed, markdown_table, marl_eval_layout,
+                            mean_and_band, read_run, read_summary, results_table, run_status, unfinished_note,
+                            write_tables)
 from common.run_utils import args_dict, safe_name, set_console_label, write_json_atomic
 from envs import check_env_kwargs, env_arguments, known_envs, parse_env_kwargs
 
@@ -805,16 +806,43 @@ def _ffmpeg() -> str:
                           "a .gif needs nothing more") from None
 
 
+# ============================================================================ export
+def export(argv: List[str]) -> dict:
+    """`run.py export RUNS --out FILE`: the runs' evaluations in marl-eval's JSON layout."""
+    parser = argparse.ArgumentParser(
+        prog="run.py export", description="Write the runs under RUNS in the JSON layout of marl-eval (environment -> "
+        "task -> algorithm -> run_<seed> -> step_<k> with every evaluation episode's return, and absolute_metrics: "
+        "the final evaluation's), which BenchMARL and Mava also write, so their comparison tools read our runs. "
+        "Diverged runs are left out; the latest folder of each seed counts.")
+    parser.add_argument("runs", nargs="+", help="folders holding runs, at any depth")
+    parser.add_argument("--format", choices=["marl-eval"], default="marl-eval", help="the layout written")
+    parser.add_argument("--out", required=True, help="the JSON file to write")
+    parser.add_argument(DEBUG_FLAG, action="store_true", help="print the traceback of an error (or MARL_DEBUG=1)")
+    opts = parser.parse_args(argv)
+    missing = [root for root in opts.runs if not os.path.isdir(root)]
+    if missing:
+        raise ConfigError(f"no such folder: {', '.join(missing)} (run.py export reads the run folders under RUNS)")
+    records = [r for r in latest_per_seed([read_run(p) for root in opts.runs for p in find_runs(root)])
+               if r["status"] != "diverged"]
+    if not records:
+        raise ConfigError(f"no runs (folders holding args.json) under {', '.join(opts.runs)}")
+    data = marl_eval_layout(records)
+    write_json_atomic(opts.out, data)
+    print(f"wrote {len(records)} runs ({', '.join(sorted({r['label'] for r in records}))}) to {opts.out}")
+    return data
+
+
 # ============================================================================ entry
 def main(argv: Optional[Sequence[str]] = None):
-    """`run.py [launch options] [-- algorithm flags]`, `run.py plot ...` or `run.py evaluate ...`.
+    """`run.py [launch options] [-- algorithm flags]`, `run.py plot ...`, `run.py evaluate ...` or
+    `run.py export ...`.
 
     Errors end in one message and an exit code (common.cli.report_errors): 2 for a usage error
     (`error: ...`), 1 when runs failed or diverged, 130 / 143 after Ctrl-C / SIGTERM; --debug
     before `--` (or MARL_DEBUG=1) shows tracebacks."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = DEBUG_FLAG in (argv[: argv.index("--")] if "--" in argv else argv)
-    command = {"plot": plot, "evaluate": evaluate}.get(argv[0] if argv else "")
+    command = {"plot": plot, "evaluate": evaluate, "export": export}.get(argv[0] if argv else "")
     return report_errors(lambda: command(argv[1:]) if command else launch(argv), debug)
 
 

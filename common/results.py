@@ -15,7 +15,7 @@ import csv
 import json
 import os
 import struct
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -77,6 +77,21 @@ def tfevent_records(path: str) -> Iterable[bytes]:
 
 
 SCALARS_CSV = "scalars.csv"  # every scalar of a run, beside its event files: step, tag, value, wall_time
+EVAL_EPISODES = "eval_episodes.jsonl"  # every evaluation's episode returns: {"step": s, "returns": [...]} per line
+
+
+def eval_episodes(run_path: str) -> List[Tuple[int, List[float]]]:
+    """[(env step, every episode's return)] of a run's evaluations, steps ascending; an evaluation
+    logged again at a step (a resumed run) replaces the later ones, as in `scalar_history`."""
+    points: List[Tuple[int, List[float]]] = []
+    path = os.path.join(run_path, EVAL_EPISODES)
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    entry = json.loads(line)
+                    _append(points, int(entry["step"]), entry["returns"])
+    return points
 
 
 def scalar_history(run_path: str, tags: Sequence[str]) -> Dict[str, List[Tuple[int, float]]]:
@@ -113,7 +128,7 @@ def scalar_history(run_path: str, tags: Sequence[str]) -> Dict[str, List[Tuple[i
     return history
 
 
-def _append(points: List[Tuple[int, float]], step: int, value: float) -> None:
+def _append(points: list, step: int, value) -> None:
     """Add a point; one at a step not after the last drops the older points from that step on."""
     while points and points[-1][0] >= step:
         points.pop()
@@ -341,3 +356,29 @@ def write_tables(rows: Sequence[dict], folder: str, name: str = "results") -> Tu
                 "mean and 95% bootstrap confidence interval of the mean.\n\n" + markdown_table(rows))
     write_csv(rows, csv_path)
     return md, csv_path
+
+
+# ----------------------------------------------------------------------------- marl-eval's layout
+def env_task(env: str) -> Tuple[str, str]:
+    """An env name as marl-eval's (environment, task): "torch:simple_spread" -> ("torch", "simple_spread"),
+    "lbf:Foraging-8x8-2p-3f-v3" -> ("lbf", ...), a bare mpe2 name -> ("mpe2", name)."""
+    family, sep, task = env.partition(":")
+    return (family, task) if sep else ("mpe2" if env.startswith("simple") else env, env)
+
+
+def marl_eval_layout(records: Sequence[dict]) -> Dict[str, Any]:
+    """Runs (`read_run` records) in the JSON layout marl-eval reads (Gorsane et al. 2022; BenchMARL
+    and Mava write it): environment -> task -> algorithm (the run's label) -> run_<seed> ->
+    step_<k>: {"step_count": env steps, "return": [every evaluation episode's return]}, and
+    "absolute_metrics": {"return": the final evaluation's episodes}. Returns are R_pz3 (summed
+    over agents). A run made before `eval_episodes.jsonl` existed gives each evaluation's mean."""
+    out: Dict[str, Any] = {}
+    for r in records:
+        environment, task = env_task(r["env"])
+        points = eval_episodes(r["path"]) or [(step, [value]) for step, value in r["curve"]]
+        run = {f"step_{k}": {"step_count": int(step), "return": [float(v) for v in returns]}
+               for k, (step, returns) in enumerate(points)}
+        if points:
+            run["absolute_metrics"] = {"return": [float(v) for v in points[-1][1]]}
+        out.setdefault(environment, {}).setdefault(task, {}).setdefault(r["label"], {})[f"run_{r['seed']}"] = run
+    return out

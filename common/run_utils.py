@@ -25,7 +25,7 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams as tb_hparams
 
 from common.cli import ConfigError, RunDiverged, RunInterrupted, StopNow, saved_args, upgraded
-from common.results import SCALARS_CSV, scalar_history
+from common.results import EVAL_EPISODES, SCALARS_CSV, scalar_history
 from envs import make_env, parse_env_kwargs
 
 
@@ -538,6 +538,8 @@ class RunRecorder:
                                  per_agent=True)
         self.eval_returns = agent_returns.sum(-1).astype(np.float64)  # (episodes,)
         self.eval_time += time.time() - t_eval
+        with open(os.path.join(self.run_path, EVAL_EPISODES), "a") as f:  # every episode's return (marl-eval's unit)
+            f.write(json.dumps({"step": int(global_step), "returns": self.eval_returns.tolist()}) + "\n")
         self.eval_history.append((global_step, float(self.eval_returns.mean())))
         self.writer.add_scalar("eval/episodic_return", self.eval_returns.mean(), global_step)
         self.eval_group_returns = {name: float(agent_returns[:, list(members)].sum(-1).mean())

@@ -17,7 +17,7 @@ def rows(run_dir):
         return list(csv.DictReader(f))
 
 
-def test_scalars_csv_holds_what_tensorboard_holds(tiny, tmp_path):
+def test_scalars_csv_holds_what_tensorboard_holds(tiny):
     summary = mappo.main(tiny(mappo, env_kwargs=("max_cycles=5",), eval_every=10))
     run_dir = summary["run_dir"]
     table = rows(run_dir)
@@ -49,3 +49,30 @@ def test_a_resumed_run_appends_and_its_steps_count_once(tiny):
         os.remove(path)
     steps = [s for s, _ in scalar_history(run_dir, ["charts/SPS"])["charts/SPS"]]
     assert steps == sorted(set(steps)) and steps[-1] == 30
+
+
+def test_marl_eval_export_round_trips(tiny, tmp_path):
+    """Two algorithms x two seeds exported in marl-eval's layout and read back: every evaluation's
+    episode returns, their means equal to the runs' own evaluation curves."""
+    import json
+
+    import run
+    from algos import ippo
+    summaries = [module.main(tiny(module, seed=seed, env_kwargs=("max_cycles=5",), eval_every=10,
+                                  run_dir=str(tmp_path / "runs")))
+                 for module in (mappo, ippo) for seed in (1, 2)]
+    out = tmp_path / "marl_eval.json"
+    run.export([str(tmp_path / "runs"), "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert list(data) == ["mpe2"] and list(data["mpe2"]) == ["simple_spread"]  # environment, task
+    algorithms = data["mpe2"]["simple_spread"]
+    assert sorted(algorithms) == ["ippo", "mappo"] and all(sorted(a) == ["run_1", "run_2"] for a in algorithms.values())
+    for summary in summaries:
+        runs = algorithms[summary["algo"]][f"run_{summary['seed']}"]
+        steps = [k for k in runs if k.startswith("step_")]
+        assert set(runs) == set(steps) | {"absolute_metrics"}
+        for k, (step, mean) in zip(steps, summary["eval_history"]):
+            entry = runs[k]
+            assert set(entry) == {"step_count", "return"} and entry["step_count"] == step
+            assert len(entry["return"]) == 2 and sum(entry["return"]) / 2 == pytest.approx(mean)
+        assert runs["absolute_metrics"]["return"] == runs[steps[-1]]["return"]
