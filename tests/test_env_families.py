@@ -18,14 +18,14 @@ from envs.gym_multiagent import TupleGymParallelEnv, _split_rware
 
 def need(package: str):
     return pytest.mark.skipif(importlib.util.find_spec(package) is None,
-                              reason=f"{package} is not installed (pip install -e ".[all]" installs it)")
+                              reason=f"{package} is not installed (pip install -e '.[all]' installs it)")
 
 
 need_lbf, need_rware, need_vmas = need("lbforaging"), need("rware"), need("vmas")
 need_mamujoco = pytest.mark.skipif(importlib.util.find_spec("gymnasium_robotics") is None
                                    or importlib.util.find_spec("mujoco") is None,
                                    reason="gymnasium-robotics / mujoco are not installed "
-                                          "(pip install -e ".[all]" installs them)")
+                                          "(pip install -e '.[all]' installs them)")
 
 LBF = "lbf:Foraging-8x8-2p-3f-v3"
 LBF_SMALL = "lbf:Foraging-5x5-2p-1f-v3"  # random play finds its one food often: ends of both kinds

@@ -201,7 +201,7 @@ def skip_if_missing(family):
     """Skip, naming the package, where the family's package is not installed."""
     missing = [p for p in PACKAGES.get(family, []) if importlib.util.find_spec(p) is None]
     if missing:
-        pytest.skip(f"{family} needs {', '.join(missing)} (pip install -e ".[all]" installs it)")
+        pytest.skip(f"{family} needs {', '.join(missing)} (pip install -e '.[all]' installs it)")
 
 
 def run_tiny(algo: str, name: str, env_kwargs, kind: str, run_dir: str):
