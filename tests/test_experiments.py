@@ -189,7 +189,7 @@ def test_torch_port_falls_back_to_the_pettingzoo_preset():
 
 # ----------------------------------------------------------------------------- the documented grids
 def documented_launches():
-    """The `python run.py ...` launch commands in README.md and docs/how-to.md (not plot/evaluate)."""
+    """The `python run.py ...` launch commands in README.md and docs/how-to.md (not plot/evaluate/export)."""
     found = []
     for doc in ("README.md", os.path.join("docs", "how-to.md")):
         with open(os.path.join(REPO, doc)) as f:
@@ -197,7 +197,7 @@ def documented_launches():
                 if not line.startswith("python run.py "):
                     continue
                 argv = shlex.split(line.strip(), comments=True)
-                if argv[2:3] not in (["plot"], ["evaluate"]):
+                if argv[2:3] not in (["plot"], ["evaluate"], ["export"]):
                     found.append((doc, argv[2:]))
     return found
 
