@@ -22,6 +22,7 @@ act as another algorithm's run. What an algorithm file asks of it (docs/how-to.m
 import importlib
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import torch
@@ -133,14 +134,6 @@ def check_group_args(args) -> None:
     parse_pairs(args.load_group, "--load-group", "adversary=runs/<run_name>")
 
 
-def parameter_sets(share_params: str, group_of_agent: Sequence[int]) -> Optional[List[int]]:
-    """The `param_groups` argument of nets' actors and critics for `--share-params`: None for
-    `all` and `none` (the networks' own shared / per-agent layouts), the group of every agent
-    for `group`."""
-    check_share_params(share_params)
-    return list(group_of_agent) if share_params == "group" else None
-
-
 def param_layout(args, env) -> Union[bool, List[int]]:
     """What nets' `share_params` takes for `--share-params`: True (all), False (none), or every
     agent's group index (group: the agents of a group share one set)."""
@@ -174,7 +167,8 @@ class Teams:
     """The groups of one run, worked out once from the env's agents and the group flags.
 
     Built by `policy_map` (with tensors on the run's device and the loaded runs) or, names only,
-    by `make_teams`."""
+    by `make_teams`. What derives from the fields (members, masks, one-hots) is computed on first
+    use and kept: update loops read it without rebuilding a tensor or copying it to the device."""
 
     agents: List[str]  # agent names, in agent-axis order
     names: List[str]  # group names, in order of first appearance
@@ -185,34 +179,34 @@ class Teams:
     foreign: Dict[str, "LoadedPolicy"] = field(default_factory=dict)  # groups acting as another algorithm's run
     _states: Dict[str, object] = field(default_factory=dict)  # their recurrent states in the rollout
 
-    @property
+    @cached_property
     def members(self) -> Dict[str, List[int]]:
         """{group name: its agents' indices}, what the run recorder logs per group."""
         return {g: [n for n, i in enumerate(self.group_of_agent) if i == k] for k, g in enumerate(self.names)}
 
-    @property
+    @cached_property
     def agent_groups(self) -> List[str]:
         """Every agent's group name, as checkpoints record it."""
         return [self.names[i] for i in self.group_of_agent]
 
-    @property
+    @cached_property
     def trained(self) -> torch.Tensor:
         """(N,) 1.0 where the agent's group learns: multiply a loss mask by it and fixed groups'
         weights get no gradient (and, in separate parameter sets, stay exactly as they were)."""
         return torch.as_tensor(self.trained_list, dtype=torch.float32, device=self.device)
 
-    @property
+    @cached_property
     def onehot(self) -> torch.Tensor:
         """(N, G) agent n's row is the one-hot of its group."""
         return nn.functional.one_hot(torch.as_tensor(self.group_of_agent), len(self.names)).float().to(self.device)
 
-    @property
+    @cached_property
     def learning(self) -> List[List[int]]:
         """The agents of every group that learns, one list per group: each gets its own mixer or
         joint critic and its own team reward in value decomposition and COMA."""
         return [m for g, m in self.members.items() if self.trained_list[m[0]]]
 
-    @property
+    @cached_property
     def team_of_agent(self) -> torch.Tensor:
         """(N,) every agent's learning team, its index in `learning` (0 for fixed groups' agents,
         whose losses are masked anyway): what gathers a team's value or reward for its agents."""

@@ -140,12 +140,15 @@ class PerGroup(nn.Module):
         super().__init__()
         self.mixers = nn.ModuleList(mixers)
         self.members = [list(m) for m in members]
+        for k, m in enumerate(self.members):  # index tensors that move with the module (no copy per forward)
+            self.register_buffer(f"index_{k}", torch.as_tensor(m, dtype=torch.long), persistent=False)
 
     def forward(self, qs: torch.Tensor, state: torch.Tensor, *more: torch.Tensor) -> torch.Tensor:
         if len(self.members) == 1 and self.members[0] == list(range(qs.shape[-1])):  # one team of every agent
             return self.mixers[0](qs, state, *more).unsqueeze(-1)
         out = []
-        for mixer, m in zip(self.mixers, self.members):
+        for k, mixer in enumerate(self.mixers):
+            m = getattr(self, f"index_{k}")
             cut = [x[..., m] if x.dim() == qs.dim() else x[..., m, :] for x in more]
             out.append(mixer(qs[..., m], state, *cut))
         return torch.stack(out, dim=-1)

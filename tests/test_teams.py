@@ -152,6 +152,12 @@ def test_group_mean_by_hand_and_the_copies_agree():
     for name in ("ippo", "ia2c", "ipg", "maa2c", "itrpo", "matrpo"):  # every copy computes the same
         copy = __import__(f"algos.{name}", fromlist=["group_mean"]).group_mean
         torch.testing.assert_close(copy(x, mask, onehot), mappo.group_mean(x, mask, onehot))
+    # the HA files' team_mean: the same masked mean, over a team axis (..., K) instead of agents
+    teams_x, teams_mask = x[..., :2], mask[..., :2]  # (T, E, K=2)
+    expected = torch.stack([(teams_x[..., k] * teams_mask[..., k]).sum() / teams_mask[..., k].sum() for k in range(2)])
+    for name in ("happo", "hatrpo", "haa2c"):
+        copy = __import__(f"algos.{name}", fromlist=["team_mean"]).team_mean
+        torch.testing.assert_close(copy(teams_x, teams_mask), expected)
 
 
 # ----------------------------------------------------------------------------- runs
