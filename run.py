@@ -6,6 +6,8 @@ No algorithm logic lives here: every run is `algos.<algo>.main(args)`.
     python run.py --algo mappo --env torch:simple_spread --seeds 3 --sweep learning_rate=0.001,0.002
     python run.py plot runs/grid --threshold simple_spread=-30
     python run.py evaluate runs/grid/simple_spread/mappo/mappo__simple_spread__1__1700000000 --video spread.gif
+    python run.py tune --algo mappo --env torch:simple_speaker_listener --space learning_rate=2e-4:5e-3:log ent_coef=0:0.05
+    python run.py export runs/grid --out results.json --format marl-eval
 
 Launching (the default command): every --algo x --env x seed 1..SEEDS x sweep point is one run.
 Everything after `--` goes to every run as algorithm flags; --env, --seed and --run-dir are set
@@ -29,9 +31,12 @@ MARL_DEBUG=1, shows tracebacks) and the launch exits 1 once the other runs are d
 error exits 2 with one `error: ...` line.
 
 `run.py plot RUNS...` draws every env's learning curves and writes the same table for every
-run found under RUNS; `run.py evaluate RUN...` plays greedy episodes with a run's checkpoint
-and can save one as a GIF or MP4. `python run.py plot --help` and `python run.py evaluate
---help` list their options. docs/how-to.md describes it all.
+run found under RUNS (with two labels or more, also performance profiles and the probability of
+improvement); `run.py evaluate RUN...` plays greedy episodes with a run's checkpoint and can save
+one as a GIF or MP4; `run.py tune` searches an algorithm's settings with Optuna, each trial a grid
+point of seeds, and writes the best as a preset; `run.py export` writes runs in marl-eval's JSON
+layout. `--track` sends every run to Weights & Biases. `python run.py <command> --help` lists each
+command's options. docs/how-to.md describes it all.
 """
 import argparse
 import dataclasses
@@ -57,19 +62,24 @@ import yaml
 
 from common.cli import (DEBUG_FLAG, ConfigError, RunInterrupted, RunStopped, debugging, did_you_mean, parse_args,
                         report_errors, where_raised)
-from common.results import (curves_on_grid, diverged_note, find_runs, latest_per_seed, markdown_table, marl_eval_layout,
-                            mean_and_band, read_run, read_summary, results_table, run_status, unfinished_note,
+from common.results import (curves_on_grid, diverged_note, final_scores, find_runs, improvement_markdown,
+                            improvement_table, latest_per_seed, markdown_table, marl_eval_layout, mean_and_band,
+                            normalize, performance_profiles, profile_thresholds, read_run, read_summary,
+                            results_table, run_status, score_bounds, unfinished_note, write_improvement_tables,
                             write_tables)
 from common.run_utils import args_dict, safe_name, set_console_label, write_json_atomic
+from common import tune as tuning
 from envs import check_env_kwargs, env_arguments, known_envs, parse_env_kwargs
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 ALGOS = tuple(sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "algos", "*.py"))
                      if not p.endswith("__init__.py")))  # every algorithm file
 PER_RUN_FLAGS = ("--env", "--seed", "--run-dir", "--resume", "--evaluate-checkpoint", "--render-gif")
-NOT_SWEPT = ("env", "seed", "run_dir", "exp_name", "resume", "evaluate_checkpoint", "render_gif", "config")
+NOT_SWEPT = ("env", "seed", "run_dir", "exp_name", "resume", "evaluate_checkpoint", "render_gif", "config", "track",
+             "wandb_project_name", "wandb_entity")
 # Settings that may differ between a saved run and a re-launch that skips or resumes it.
-NOT_COMPARED = ("resume", "run_dir", "config", "cuda", "torch_threads", "evaluate_checkpoint", "render_gif")
+NOT_COMPARED = ("resume", "run_dir", "config", "cuda", "torch_threads", "evaluate_checkpoint", "render_gif", "track",
+                "wandb_project_name", "wandb_entity")
 
 
 # ============================================================================ the grid
@@ -223,7 +233,8 @@ def plan(opts, extra: List[str], run_dir: str) -> List[Job]:
             module = importlib.import_module(f"algos.{algo}")
             preset = preset_for(algo, env) if opts.presets else None
             flags = [*(["--config", preset] if preset else []), *extra, *point_flags(module.Args, point)]
-            jobs += [make_job(module, algo, env, seed, point, flags, run_dir) for seed in range(1, opts.seeds + 1)]
+            jobs += [make_job(module, algo, env, seed, point, flags, run_dir)
+                     for seed in range(opts.first_seed, opts.first_seed + opts.seeds)]
     return check_saved(jobs)
 
 
@@ -268,6 +279,20 @@ def finished_and_tasks(jobs: List[Job]) -> Tuple[Dict[int, dict], List[Tuple[int
     tasks = [(i, j.algo, j.argv + (["--resume", j.path] if j.status == "resume" else []),
               f"{j.label} {j.env} s{j.seed}") for i, j in enumerate(jobs) if j.status in ("new", "resume")]
     return summaries, tasks
+
+
+def result_recorder(summaries: Dict[int, dict], ended: Dict[int, tuple]) -> Callable[..., str]:
+    """An `on_result` for `run_local` / `run_ray` that files each result by its run's index: a
+    finished run's summary in `summaries`, (status, summary, message) of any other in `ended`; it
+    returns the status (finished, interrupted, diverged, failed or not started)."""
+    def record(index: int, summary: Optional[dict], error: Optional[str]) -> str:
+        status = "failed" if summary is None else summary.get("status", "finished")
+        if status == "finished":
+            summaries[index] = summary
+        else:
+            ended[index] = (status, summary or {}, error)
+        return status
+    return record
 
 
 def run_job(algo: str, argv: Sequence[str]) -> dict:
@@ -342,17 +367,19 @@ class signals_to:
             signal.signal(sig, handler)
 
 
-def run_local(tasks, workers: int, on_result: Callable) -> None:
+def run_local(tasks, workers: int, on_result: Callable, poll: Optional[Callable[[], bool]] = None) -> None:
     """Run the tasks of `finished_and_tasks` and pass each `run_task` result to `on_result` as it
     comes: in this process, one after another (one worker, or one task), or as up to `workers`
     child processes at a time, one per run (each imports torch afresh; labelled console lines).
+    With `poll` (run.py tune's pruning), every run is a child process and `poll()` is asked about
+    once a second: True stops the runs as a SIGTERM would (they save), and starts no more.
 
     The first Ctrl-C or SIGTERM starts no more runs (`STOPPED_BY` says which signal came) and lets
     the running ones save their checkpoint; this returns once they have. A child has its own
     session, so that a terminal's Ctrl-C reaches this process only, which passes every signal on
     to every child that is ready for it (a second one then stops them at once). A child that ends
     without a result (killed, out of memory) is a failed run."""
-    if workers <= 1 or len(tasks) <= 1:
+    if poll is None and (workers <= 1 or len(tasks) <= 1):
         with signals_to(_on_stop_signal):
             for task in tasks:
                 if STOPPED_BY is not None:
@@ -360,6 +387,7 @@ def run_local(tasks, workers: int, on_result: Callable) -> None:
                 on_result(*run_task(task))
         return
     queue, running, selector = list(tasks), {}, selectors.DefaultSelector()  # running: pipe -> [child, task, ready]
+    halted: List[int] = []  # the signal that poll() stopped the runs with
 
     def forward(signum, frame):
         _note_stop(signum)
@@ -367,10 +395,18 @@ def run_local(tasks, workers: int, on_result: Callable) -> None:
             if ready:
                 child.send_signal(signum)
 
+    def stop_signal() -> Optional[int]:
+        return STOPPED_BY if STOPPED_BY is not None else halted[0] if halted else None
+
     try:
         with signals_to(forward):
-            while running or (queue and STOPPED_BY is None):
-                while queue and len(running) < workers and STOPPED_BY is None:
+            while running or (queue and stop_signal() is None):
+                if poll is not None and not halted and poll():
+                    halted.append(signal.SIGTERM)
+                    for child, _, ready in running.values():
+                        if ready:
+                            child.send_signal(signal.SIGTERM)
+                while queue and len(running) < workers and stop_signal() is None:
                     task, (read, write) = queue.pop(0), os.pipe()
                     child = subprocess.Popen([sys.executable, "-c", CHILD, REPO, json.dumps(task), str(write)],
                                              pass_fds=(write,), start_new_session=True)
@@ -378,13 +414,15 @@ def run_local(tasks, workers: int, on_result: Callable) -> None:
                     pipe = os.fdopen(read, "rb", buffering=0)  # unbuffered: readline takes one line only
                     running[pipe] = [child, task, False]
                     selector.register(pipe, selectors.EVENT_READ)
-                for key, _ in selector.select():
+                if not running:
+                    break
+                for key, _ in selector.select(timeout=None if poll is None else 1.0):
                     child, task, _ = running[key.fileobj]
                     line = key.fileobj.readline().decode()
                     if line == "ready\n":
                         running[key.fileobj][2] = True
-                        if STOPPED_BY is not None:
-                            child.send_signal(STOPPED_BY)
+                        if stop_signal() is not None:
+                            child.send_signal(stop_signal())
                         continue
                     selector.unregister(key.fileobj)
                     key.fileobj.close()
@@ -412,10 +450,11 @@ def child_main() -> None:
 
 
 def run_ray(tasks, address: Optional[str], workers: int, cpus_per_run: float, gpus_per_run: float,
-            on_result: Callable) -> None:
+            on_result: Callable, poll: Optional[Callable[[], bool]] = None) -> None:
     """As Ray tasks: on a local Ray instance of `workers` CPUs, or on the cluster at `address`
     (the code is shipped as the job's working_dir; run folders must be on a filesystem every node
-    shares with this one). An already initialised Ray is used as it is.
+    shares with this one). An already initialised Ray is used as it is. `poll()` (run.py tune's
+    pruning), asked every half second, cancels every task when it says True, as a Ctrl-C does.
 
     The first Ctrl-C or SIGTERM cancels every task: queued ones never start, and Ray interrupts
     the running ones as a Ctrl-C would, so they save their checkpoint (one interrupted before it
@@ -444,7 +483,7 @@ def run_ray(tasks, address: Optional[str], workers: int, cpus_per_run: float, gp
     try:
         with signals_to(note):
             while pending:
-                if STOPPED_BY is not None and not cancelled:
+                if not cancelled and (STOPPED_BY is not None or (poll is not None and poll())):
                     for ref in pending:
                         ray.cancel(ref)
                     cancelled = True
@@ -548,6 +587,20 @@ def stopped(jobs: List[Job], finished: Dict[int, dict], ended: Dict[int, tuple],
                           f"skips the finished ones:\n  {relaunch_command(argv)}{note}", run_dir, STOPPED_BY)
 
 
+def backend_options(parser: argparse.ArgumentParser) -> None:
+    """--backend, --workers, --address, --cpus-per-run, --gpus-per-run: how runs are executed."""
+    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="local: processes on this machine; ray: Ray tasks (pip install ray)")
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                        else os.cpu_count() or 1, help="runs at a time (processes; with --backend ray and no "
+                        "--address, the CPUs of the local Ray instance); default: the CPU cores this process may use")
+    parser.add_argument("--address", default=None,
+                        help="with --backend ray: the cluster to join (e.g. auto, or ray://HEAD:10001); none starts "
+                             "a local Ray instance")
+    parser.add_argument("--cpus-per-run", type=float, default=1.0, help="with --backend ray: CPUs Ray reserves per run")
+    parser.add_argument("--gpus-per-run", type=float, default=0.0, help="with --backend ray: GPUs Ray reserves per run")
+
+
 def launch(argv: List[str]) -> List[dict]:
     """`run.py [options] [-- algorithm flags]`: plan the grid, run what is left of it, report;
     returns the summaries of its finished runs. Raises RunInterrupted after Ctrl-C or SIGTERM
@@ -563,6 +616,8 @@ def launch(argv: List[str]) -> List[dict]:
     parser.add_argument("--env", nargs="+", default=["simple_spread"],
                         help=f"env names; known: {', '.join(known_envs())}")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 1..SEEDS per (algo, env, sweep point)")
+    parser.add_argument("--first-seed", type=int, default=1, help="seeds FIRST..FIRST+SEEDS-1 instead (e.g. fresh "
+                                                                  "seeds to check what a search chose on its seeds)")
     parser.add_argument("--run-dir", default="runs", help="runs go to RUN_DIR/<env>/<label>/")
     parser.add_argument("--presets", action="store_true",
                         help="start each run from configs/<algo>/<env>.yaml where it exists (torch:simple_spread "
@@ -570,22 +625,21 @@ def launch(argv: List[str]) -> List[dict]:
     parser.add_argument("--sweep", nargs="+", default=[], metavar="KEY=V1,V2",
                         help="sweep these Args fields: every combination of the values is one grid point")
     parser.add_argument("--sweep-file", default=None, help="YAML file mapping Args fields to lists of values to sweep")
-    parser.add_argument("--backend", choices=("local", "ray"), default="local",
-                        help="local: processes on this machine; ray: Ray tasks (pip install ray)")
-    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                        else os.cpu_count() or 1, help="runs at a time (processes; with --backend ray and no "
-                        "--address, the CPUs of the local Ray instance); default: the CPU cores this process may use")
-    parser.add_argument("--address", default=None,
-                        help="with --backend ray: the cluster to join (e.g. auto, or ray://HEAD:10001); none starts "
-                             "a local Ray instance")
-    parser.add_argument("--cpus-per-run", type=float, default=1.0, help="with --backend ray: CPUs Ray reserves per run")
-    parser.add_argument("--gpus-per-run", type=float, default=0.0, help="with --backend ray: GPUs Ray reserves per run")
+    backend_options(parser)
     parser.add_argument("--threshold", nargs="+", default=[], metavar="[ENV=]VALUE",
                         help="return that the table's 'steps to threshold' column looks for")
     parser.add_argument("--dry-run", action="store_true", help="print the runs and what would happen to each; run none")
+    parser.add_argument("--track", action="store_true",
+                        help="log every run to Weights & Biases (the algorithm files' --track; pip install -e "
+                             "'.[track]'): one W&B run per run folder, the seeds of a label and env in one group")
+    parser.add_argument("--wandb-project-name", default=None, help="the W&B project of --track (default: marl-clean)")
+    parser.add_argument("--wandb-entity", default=None, help="the W&B team or user of --track")
     parser.add_argument(DEBUG_FLAG, action="store_true", help="print tracebacks (of run.py and of failed runs); "
                                                               "MARL_DEBUG=1 does the same")
     opts = parser.parse_args(own)
+    extra += [*(["--track"] if opts.track else []),  # to every run, as its own flags
+              *(["--wandb-project-name", opts.wandb_project_name] if opts.wandb_project_name else []),
+              *(["--wandb-entity", opts.wandb_entity] if opts.wandb_entity else [])]
     for flag in PER_RUN_FLAGS:
         if any(a == flag or a.startswith(flag + "=") for a in extra):
             parser.error(f"{flag} is set by the launcher per run; give --env, --seeds and --run-dir before '--' "
@@ -616,12 +670,10 @@ def launch(argv: List[str]) -> List[dict]:
     progress = GridProgress(len(jobs), counts["done"], counts["diverged"])
     progress.show()
 
+    record = result_recorder(summaries, ended)
+
     def on_result(index: int, summary: Optional[dict], error: Optional[str]) -> None:
-        status = "failed" if summary is None else summary.get("status", "finished")
-        if status == "finished":
-            summaries[index] = summary
-        else:
-            ended[index] = (status, summary or {}, error)
+        status = record(index, summary, error)
         if status in ("diverged", "failed"):
             print(outcome_line(jobs[index], status, summary, error), flush=True)
             if status == "failed" and debugging(opts.debug):
@@ -662,20 +714,27 @@ def plot(argv: List[str]) -> dict:
         prog="run.py plot", description="Learning curves (greedy evaluation return against env steps: mean over "
         "seeds and its 95%% bootstrap confidence band), one PNG per env with one line per algorithm (or sweep "
         "point), and results.md / results.csv: final and best evaluation return over seeds (mean, IQM, 95%% CI), "
-        "env steps to a threshold, SPS. Reads every run folder under RUNS (args.json, summary.json, TensorBoard "
-        "events): a run that diverged is left out, an unfinished one (interrupted, still running or killed) is "
-        "shown as far as it got; the output says how many of each.")
+        "env steps to a threshold, SPS. With two labels or more, it compares them on each run's final greedy "
+        "evaluation return, normalised per env, as rliable does: profiles.png (performance profiles) and "
+        "improvement.png, .md and .csv (probability of improvement), with 95%% stratified bootstrap intervals. "
+        "Reads every run folder under RUNS (args.json, summary.json, TensorBoard events): a run that diverged is "
+        "left out, an unfinished one (interrupted, still running or killed) is shown as far as it got; the output "
+        "says how many of each.")
     parser.add_argument("runs", nargs="+", help="folders holding runs, at any depth")
     parser.add_argument("--out", default=None, help="folder for the PNGs and tables (default: the first RUNS folder)")
     parser.add_argument("--threshold", nargs="+", default=[], metavar="[ENV=]VALUE",
                         help="return for the 'steps to threshold' column (and a dotted line): VALUE for every env, "
                              "or ENV=VALUE")
+    parser.add_argument("--normalize", nargs="+", default=[], metavar="ENV=LOW:HIGH",
+                        help="returns that the performance profiles normalise to 0 and 1 for an env (e.g. a random "
+                             "and an expert policy's); default: the lowest and highest final return of its runs")
     parser.add_argument(DEBUG_FLAG, action="store_true", help="print the traceback of an error (or MARL_DEBUG=1)")
     opts = parser.parse_args(argv)
     missing = [root for root in opts.runs if not os.path.isdir(root)]
     if missing:
         raise ConfigError(f"no such folder: {', '.join(missing)} (run.py plot reads the run folders under RUNS)")
     threshold_of = parse_thresholds(opts.threshold)
+    given_bounds = parse_bounds(opts.normalize)
     everything = latest_per_seed([read_run(p) for root in opts.runs for p in find_runs(root)])
     records = [r for r in everything if r["status"] != "diverged"]
     notes = [note for note in (diverged_note(everything), unfinished_note(records)) if note]
@@ -684,14 +743,20 @@ def plot(argv: List[str]) -> dict:
                           + "".join(f"; {note}" for note in notes))
     out = opts.out or opts.runs[0]
     envs = sorted({r["env"] for r in records})
+    unknown = sorted(set(given_bounds) - set(envs))
+    if unknown:
+        raise ConfigError(f"--normalize {unknown[0]}=...: no runs of that env here{did_you_mean(unknown[0], envs)}")
     thresholds = threshold_of(envs)
     os.makedirs(out, exist_ok=True)
     pngs = [plot_env(env, [r for r in records if r["env"] == env], out, thresholds.get(env)) for env in envs]
     rows = results_table(records, thresholds)
     md, csv_path = write_tables(rows, out)
+    comparison = compare_labels(records, out, given_bounds)
     print(markdown_table(rows))
-    print("\n".join(notes + ["wrote " + ", ".join(pngs + [md, csv_path])]))
-    return {"pngs": pngs, "table": md, "csv": csv_path, "rows": rows}
+    if comparison["improvement"]:
+        print(improvement_markdown(comparison["improvement"]))
+    print("\n".join(notes + comparison["notes"] + ["wrote " + ", ".join(pngs + [md, csv_path] + comparison["files"])]))
+    return {"pngs": pngs, "table": md, "csv": csv_path, "rows": rows, **comparison}
 
 
 def plot_env(env: str, records: Sequence[dict], out: str, threshold: Optional[float]) -> str:
@@ -726,6 +791,118 @@ def plot_env(env: str, records: Sequence[dict], out: str, threshold: Optional[fl
     return path
 
 
+def parse_bounds(specs: Sequence[str]) -> Dict[str, Tuple[float, float]]:
+    """--normalize ENV=LOW:HIGH ... -> {env: (low, high)}, the returns that normalise to 0 and 1."""
+    bounds = {}
+    for spec in specs:
+        env, _, value = spec.rpartition("=")
+        low, _, high = value.partition(":")
+        try:
+            low, high = float(low), float(high)
+        except ValueError:
+            low = high = float("nan")
+        if not env or not low < high:  # NaN fails too
+            raise ConfigError(f"--normalize {spec!r}: write ENV=LOW:HIGH with LOW < HIGH, the returns that map to 0 "
+                              "and 1 (e.g. simple_spread=-79:-22.6)")
+        bounds[env] = (low, high)
+    return bounds
+
+
+def compare_labels(records: Sequence[dict], out: str, given_bounds: Dict[str, Tuple[float, float]]) -> dict:
+    """With two labels or more: performance profiles and the probability of improvement on every run's final
+    greedy evaluation return (results.md's "final"), as rliable defines them (Agarwal et al. 2021), with 95%
+    stratified bootstrap intervals. Writes profiles.png, and where two labels ran a common env improvement.png,
+    improvement.md and improvement.csv. Returns {"profiles": its PNG or None, "improvement_png": PNG or None,
+    "improvement": common.results.improvement_table's rows, "bounds": {env: (low, high)} used to normalise,
+    "files": what it wrote, "notes": lines for the console}."""
+    scores = final_scores(records)  # {label: {env: (S,)}}
+    if len(scores) < 2:
+        return {"profiles": None, "improvement_png": None, "improvement": [], "bounds": {}, "files": [], "notes": []}
+    bounds = score_bounds(scores, given_bounds)
+    how = "; ".join(f"{env}: {'given' if env in given_bounds else 'min-max over its runs'} [{low:g}, {high:g}]"
+                    for env, (low, high) in bounds.items())
+    notes = [f"profiles: final greedy evaluation return normalised per env, (return - low) / (high - low) with {how}"]
+    one_seed = [f"{label} on {env}" for label, per_env in sorted(scores.items()) for env, x in sorted(per_env.items())
+                if len(x) < 2]
+    if one_seed:
+        notes.append("one seed only, which the bootstrap cannot vary (with one seed everywhere the intervals have "
+                     f"zero width): {', '.join(one_seed)}")
+    given = sorted(set(given_bounds) & set(bounds))
+    scale = "min-max over each env's runs" if not given else f"given bounds for {', '.join(given)}" + (
+        ", min-max for the other envs" if len(given) < len(bounds) else "")
+    profiles = plot_profiles(scores, normalize(scores, bounds), out, scale)
+    rows = improvement_table(scores)  # P(X > Y) compares runs of one env: normalising cannot change it
+    improvement_png, files = None, [profiles]
+    if rows:
+        improvement_png = plot_improvement(rows, out)
+        files += [improvement_png, *write_improvement_tables(rows, out, IMPROVEMENT_NOTE)]
+    return {"profiles": profiles, "improvement_png": improvement_png, "improvement": rows, "bounds": bounds,
+            "files": files, "notes": notes}
+
+
+IMPROVEMENT_NOTE = ("P(X > Y): the probability that a run of X ends with a higher final greedy evaluation return than "
+                    "a run of Y on the same env (the Mann-Whitney statistic over pairs of seeds, a tie counting 1/2), "
+                    "averaged over the envs both ran; 95% stratified bootstrap CI (seeds resampled within each label "
+                    "and env). Normalising the returns does not change it.")
+
+
+def plot_profiles(scores: dict, normalized: dict, out: str, scale: str) -> str:
+    """Performance profiles (score distributions, Agarwal et al. 2021): per label, the fraction of runs whose
+    normalised final return is above tau, each env weighted equally, with a 95% stratified bootstrap band.
+    `scores` and `normalized` are {label: {env: (S,) final returns}}, before and after normalising."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    taus = profile_thresholds(normalized)  # (K,)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, (profile, low, high) in performance_profiles(normalized, taus).items():
+        runs = sum(len(x) for x in scores[label].values())
+        envs = len(scores[label])
+        line, = ax.plot(taus, profile, lw=2, label=f"{label} ({envs} env{'s' * (envs > 1)}, {runs} runs)")
+        ax.fill_between(taus, low, high, color=line.get_color(), alpha=0.2, lw=0)
+    ax.set_xlabel(f"normalised final return tau ({scale})")
+    ax.set_ylabel("fraction of runs with return > tau")
+    ax.set_title("Performance profiles of the final greedy evaluation return, 95% stratified bootstrap CI", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(out, "profiles.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_improvement(rows: Sequence[dict], out: str) -> str:
+    """The probability of improvement of every ordered pair of labels (`improvement_table`'s rows): one row
+    "X vs Y" each, the point estimate and its 95% stratified bootstrap interval; 0.5 (no difference) dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 1.5 + 0.4 * len(rows)))
+    ys = list(range(len(rows)))[::-1]  # the first pair on top
+    points = [r["p_improvement"] for r in rows]
+    errors = [[max(0.0, r["p_improvement"] - r["ci_low"]) for r in rows],  # a percentile interval may
+              [max(0.0, r["ci_high"] - r["p_improvement"]) for r in rows]]  # leave out its estimate, at the edges
+    ax.errorbar(points, ys, xerr=errors, fmt="o", capsize=4, lw=2)
+    ax.axvline(0.5, color="gray", ls=":", lw=1)
+    ax.set_yticks(ys, [f"{r['x']} vs {r['y']}" for r in rows])
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xlabel("P(X > Y): a run of X ends above a run of Y on the same env, averaged over envs")
+    ax.set_title("Probability of improvement (final greedy evaluation return), 95% stratified bootstrap CI",
+                 fontsize=9)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    path = os.path.join(out, "improvement.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 # ============================================================================ evaluate
 def evaluate(argv: List[str]) -> List[dict]:
     parser = argparse.ArgumentParser(
@@ -738,8 +915,22 @@ def evaluate(argv: List[str]) -> List[dict]:
     parser.add_argument("--video", default=None, help="save one greedy episode to this .gif or .mp4 file (one run "
                                                       "only; MP4 needs ffmpeg)")
     parser.add_argument("--no-cuda", action="store_true", help="evaluate on the CPU even when a GPU is present")
+    parser.add_argument("--track", action="store_true",
+                        help="log each run's mean return (and the --video) into its W&B run (pip install -e "
+                             "'.[track]'): the one it was tracked in, else a new one of the same id")
+    parser.add_argument("--wandb-project-name", default=None,
+                        help="with --track, for a run that was not tracked: the W&B project (default: marl-clean)")
+    parser.add_argument("--wandb-entity", default=None,
+                        help="with --track, for a run that was not tracked: the W&B team or user")
     parser.add_argument(DEBUG_FLAG, action="store_true", help="print the traceback of an error (or MARL_DEBUG=1)")
     opts = parser.parse_args(argv)
+    tracking = [*(["--track"] if opts.track else []),
+                *(["--wandb-project-name", opts.wandb_project_name] if opts.wandb_project_name else []),
+                *(["--wandb-entity", opts.wandb_entity] if opts.wandb_entity else [])]
+    if opts.track:
+        from common.cli import require_wandb
+
+        require_wandb()  # before any evaluation runs
     paths = []
     for given in opts.runs:
         if not os.path.exists(given):
@@ -776,6 +967,11 @@ def evaluate(argv: List[str]) -> List[dict]:
                 shutil.rmtree(os.path.dirname(gif))
                 print(f"saved {opts.video}")
             result["video"] = opts.video
+        if opts.track:  # once the video is made (an MP4 is made here): the return and the video in one W&B step
+            from common.run_utils import track_evaluation
+
+            track_evaluation(parse_args(module.Args, base + tracking), path if os.path.isdir(path)
+                             else os.path.dirname(os.path.abspath(path)), result, opts.video)
         results.append(result)
     return results
 
@@ -832,17 +1028,177 @@ def export(argv: List[str]) -> dict:
     return data
 
 
+# ============================================================================ tune
+def tune(argv: List[str]) -> dict:
+    """`run.py tune --algo A --env E --space ... [-- algorithm flags]`: an Optuna search whose
+    every trial is one grid point of SEEDS runs (launched as a grid is); writes the best point as
+    a preset."""
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(
+        prog="run.py tune", formatter_class=argparse.RawDescriptionHelpFormatter, description=(
+            "Search an algorithm's settings on one env with Optuna (TPE sampler, median pruning on the evaluation "
+            "curve). Every trial runs SEEDS seeds of one point of the space, as `run.py` runs a grid point (the "
+            "same --workers pool or --backend ray, run folders under STUDY/runs); its value is the mean over "
+            "seeds of the objective. The study lives in STUDY/study.journal: the same command resumes it (a trial "
+            "cut short is run again, its runs resuming from their checkpoints), a larger --trials extends it. "
+            "At the end the best point is written as a preset (a YAML of Args fields with a header saying how it "
+            "was found).\n\n" + tuning.__doc__.split("\n\n", 1)[1]))
+    parser.add_argument("--algo", required=True, choices=ALGOS, metavar="ALGO", help="the algorithm file to tune")
+    parser.add_argument("--env", required=True, help="the env to tune on")
+    parser.add_argument("--space", nargs="+", default=[], metavar="KEY=SPEC", help=tuning.SPACE_HELP)
+    parser.add_argument("--space-file", default=None, help="YAML: Args field -> {low, high, log, step} or a list")
+    parser.add_argument("--trials", type=int, default=20, help="trials in the study (completed, pruned or diverged)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 1..SEEDS per trial; the value is their mean")
+    parser.add_argument("--objective", choices=("final", "mean"), default="final",
+                        help="final: the last greedy evaluation's return; mean: the mean of the evaluation curve "
+                             "(its area: rewards learning early too)")
+    parser.add_argument("--study", default=None, help="folder of the study and its runs (default: "
+                                                      "runs/tune/<algo>__<env>)")
+    parser.add_argument("--preset", default=None, help="where to write the best settings (default: "
+                        "configs/<algo>/<env>.yaml, which must not exist yet)")
+    parser.add_argument("--random-trials", type=int, default=5, help="trials sampled at random before TPE models "
+                                                                     "the results")
+    parser.add_argument("--prune-after", type=float, default=0.25, help="no pruning before this fraction of the "
+                        "env steps of a run, nor before 3 trials have completed")
+    parser.add_argument("--no-pruning", action="store_true", help="run every trial to the end")
+    parser.add_argument("--no-defaults-trial", action="store_true", help="do not start with the defaults' point "
+                        "(the file's defaults and the flags after --, when the space holds them)")
+    parser.add_argument("--sampler-seed", type=int, default=0, help="seed of the TPE sampler")
+    backend_options(parser)
+    parser.add_argument(DEBUG_FLAG, action="store_true", help="print tracebacks (or MARL_DEBUG=1)")
+    opts = parser.parse_args(own)
+    for flag in PER_RUN_FLAGS:
+        if any(a == flag or a.startswith(flag + "=") for a in extra):
+            raise ConfigError(f"{flag} is set by run.py tune per run; give --env and --seeds before '--'")
+    if opts.seeds < 1 or opts.trials < 1:
+        raise ConfigError("--seeds and --trials must be at least 1")
+    try:
+        env_arguments(opts.env)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise ConfigError("run.py tune needs Optuna: pip install -e \".[tune]\" (or pip install optuna==5.0.0)") from None
+    module = importlib.import_module(f"algos.{opts.algo}")
+    space = tuning.search_space(module.Args, opts.space, opts.space_file, NOT_SWEPT)
+    study_dir = opts.study or os.path.join("runs", "tune", safe_name(f"{opts.algo}__{opts.env}"))
+    runs_dir = os.path.join(study_dir, "runs")
+    base = make_job(module, opts.algo, opts.env, 1, {}, extra, runs_dir)  # checks the flags; the defaults' point
+    preset = opts.preset or os.path.join(REPO, "configs", opts.algo, safe_name(opts.env.split(":")[-1]) + ".yaml")
+    if opts.preset is None and os.path.exists(preset):
+        raise ConfigError(f"{os.path.relpath(preset)} exists already: name the file the best settings go to with "
+                          "--preset PATH (it is replaced)")
+    budget = base.resolved["total_timesteps"]
+    settings = {"algo": opts.algo, "env": opts.env, "seeds": opts.seeds, "space": [d.text() for d in space],
+                "flags": extra, "objective": opts.objective}
+    study = tuning.open_study(os.path.join(study_dir, "study.journal"), settings, opts.sampler_seed,
+                              opts.random_trials, 3, int(opts.prune_after * budget))
+    defaults = {d.name: base.resolved[d.name] for d in space}
+    if not opts.no_defaults_trial and not study.trials:
+        if all(d.holds(defaults[d.name]) for d in space):
+            study.enqueue_trial(defaults, user_attrs={"defaults": True})
+        else:
+            print("the defaults' point is outside the space: no trial of the defaults", flush=True)
+    print(f"tuning {opts.algo} on {opts.env}: {opts.trials} trials of {opts.seeds} seeds x {budget:,} env steps, "
+          f"objective: {opts.objective} greedy evaluation return; study in {study_dir}", flush=True)
+    while sum(tuning.counted(t) for t in study.get_trials(deepcopy=False)) < opts.trials:
+        run_trial(study, module, opts, space, extra, runs_dir, argv)
+    lines = tuning.trial_lines(study)
+    print("\n".join([f"trials ({study_dir}):"] + lines), flush=True)
+    completed = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    if not completed:
+        raise ConfigError("no trial completed (every one was pruned or diverged): no preset written")
+    best = study.best_trial
+    of_defaults = [t for t in completed if t.user_attrs.get("defaults")]
+    header = {"algo": opts.algo, "env": opts.env, "seeds": opts.seeds, "objective": (
+        "the final greedy evaluation return" if opts.objective == "final" else "the mean of the evaluation curve"),
+        "budget": f"{budget:,} env steps", "space": " ".join(d.text() for d in space), "flags": shlex.join(extra),
+        "command": relaunch_command(["tune", *argv]),
+        "defaults_trial": of_defaults[0].number if of_defaults else None,
+        "defaults_value": f"{of_defaults[0].value:.2f}" if of_defaults else None}
+    point = best.user_attrs.get("point", best.params)
+    resolved = make_job(module, opts.algo, opts.env, 1, point, extra + point_flags(module.Args, point), runs_dir).resolved
+    own = [*module.Args.__annotations__, "eval_every", "eval_episodes"]  # the file's own fields, not the shared ones
+    header["shown_path"] = os.path.relpath(preset) if preset.startswith(REPO) else preset
+    path = tuning.write_preset(preset, study, header, {k: resolved[k] for k in own})
+    print(f"best: trial {best.number}, {best.value:.2f} " + tuning.describe(best.user_attrs.get("point", best.params))
+          + (f" (defaults {of_defaults[0].value:.2f})" if of_defaults else "") + f"\nwrote the preset {path}",
+          flush=True)
+    return {"study": study_dir, "best_value": best.value, "best_params": best.user_attrs.get("point", best.params),
+            "preset": path,
+            "values": [t.value for t in completed]}
+
+
+def run_trial(study, module, opts, space, extra: List[str], runs_dir: str, argv: List[str]) -> None:
+    """Ask the study for a point, run its seeds (stopping them when the median rule prunes the
+    trial), tell the study how it went."""
+    trial = study.ask()
+    point = tuning.sample(trial, space)
+    flags = extra + point_flags(module.Args, point)
+    jobs = check_saved([make_job(module, opts.algo, opts.env, seed, point, flags, runs_dir)
+                        for seed in range(1, opts.seeds + 1)])
+    summaries, tasks = finished_and_tasks(jobs)
+    ended: Dict[int, tuple] = {}
+    on_result = result_recorder(summaries, ended)
+    watch = None if opts.no_pruning else tuning.PruneWatch(trial, lambda: [run_folder(j) for j in jobs],
+                                                           opts.objective)
+    global STOPPED_BY
+    STOPPED_BY = None
+    if opts.backend == "ray":
+        run_ray(tasks, opts.address, opts.workers, opts.cpus_per_run, opts.gpus_per_run, on_result,
+                watch and watch.poll)
+    else:
+        run_local(tasks, opts.workers, on_result, watch and watch.poll)
+    described = tuning.describe(point)
+    if STOPPED_BY is not None:  # the trial stays "running" in the study: the same command runs it again
+        name = signal.Signals(STOPPED_BY).name
+        raise RunInterrupted(f"stopped by {name} in trial {trial.number} (its runs saved their checkpoints). The same "
+                             f"command resumes the study:\n  {relaunch_command(['tune', *argv])}",
+                             runs_dir, STOPPED_BY)
+    failed = [(jobs[i], e) for i, e in ended.items() if e[0] == "failed"]
+    if failed:  # a bug or a bad setting, not a result: the trial stays "running" and is run again next time
+        raise RunStopped("error: " + outcome_line(failed[0][0], "failed", None, failed[0][1][2]), runs_dir)
+    diverged = [jobs[i] for i, e in ended.items() if e[0] == "diverged"] + [j for j in jobs if j.status == "diverged"]
+    if diverged:
+        trial.set_user_attr("diverged", diverged[0].where())
+        study.tell(trial, state=tuning.optuna_state("FAIL"))
+        print(f"trial {trial.number}: diverged ({diverged[0].where()}) {described}", flush=True)
+    elif watch is not None and watch.pruned_at is not None:
+        study.tell(trial, state=tuning.optuna_state("PRUNED"))
+        print(f"trial {trial.number}: pruned at env step {watch.pruned_at:,} {described}", flush=True)
+    else:
+        values = [tuning.curve_value(tuning.run_curve(summaries[i]["run_dir"]), opts.objective)
+                  for i in range(len(jobs))]
+        trial.set_user_attr("per_seed", ", ".join(f"{v:.1f}" for v in values))
+        study.tell(trial, sum(values) / len(values))
+        best = study.best_trial.number == trial.number
+        print(f"trial {trial.number}: {sum(values) / len(values):.2f} (seeds {', '.join(f'{v:.1f}' for v in values)}) "
+              f"{described}{'  <- best so far' if best else ''}", flush=True)
+
+
+def run_folder(job: Job) -> Optional[str]:
+    """The folder of a job's run: the one an earlier launch made, else the newest one made for it
+    in its parent (None before the run has made it)."""
+    if job.path:
+        return job.path
+    prefix = safe_name(f"{job.label}__{job.env}__{job.seed}__")
+    found = glob.glob(os.path.join(glob.escape(job.parent), glob.escape(prefix) + "*"))
+    return max(found, key=os.path.getmtime) if found else None
+
+
 # ============================================================================ entry
 def main(argv: Optional[Sequence[str]] = None):
-    """`run.py [launch options] [-- algorithm flags]`, `run.py plot ...`, `run.py evaluate ...` or
-    `run.py export ...`.
+    """`run.py [launch options] [-- algorithm flags]`, `run.py plot ...`, `run.py evaluate ...`,
+    `run.py tune ...` or `run.py export ...`.
 
     Errors end in one message and an exit code (common.cli.report_errors): 2 for a usage error
     (`error: ...`), 1 when runs failed or diverged, 130 / 143 after Ctrl-C / SIGTERM; --debug
     before `--` (or MARL_DEBUG=1) shows tracebacks."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = DEBUG_FLAG in (argv[: argv.index("--")] if "--" in argv else argv)
-    command = {"plot": plot, "evaluate": evaluate, "export": export}.get(argv[0] if argv else "")
+    command = {"plot": plot, "evaluate": evaluate, "export": export, "tune": tune}.get(argv[0] if argv else "")
     return report_errors(lambda: command(argv[1:]) if command else launch(argv), debug)
 
 

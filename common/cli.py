@@ -12,6 +12,7 @@ unless `--debug` is given or MARL_DEBUG=1 is set.
 """
 import dataclasses
 import difflib
+import importlib
 import math
 import os
 import signal
@@ -104,6 +105,14 @@ class RunArgs:
     """with --evaluate-checkpoint: also save one episode as a GIF at this path"""
     config: Optional[str] = None
     """YAML preset of Args fields (defaults < preset < command line); unknown keys are errors"""
+    track: bool = False
+    """also log the run to Weights & Biases (pip install -e ".[track]"): its scalars, its args as the run config, an
+    --evaluate-checkpoint's return and --render-gif; W&B's files stay in the run folder (WANDB_MODE=offline: no
+    network). A resumed run is tracked only when its own command line says --track"""
+    wandb_project_name: str = "marl-clean"
+    """the W&B project of --track (a tracked run keeps its own when it is resumed or evaluated)"""
+    wandb_entity: Optional[str] = None
+    """the W&B team or user of --track (None: your W&B default entity)"""
 
 
 def field_names(cls) -> List[str]:
@@ -237,7 +246,8 @@ RANGES = {
 
 def check_args(args) -> None:
     """Every shared field of `args` inside its range (RANGES), else a ConfigError naming the flag,
-    the value given and what is accepted; --render-gif only with --evaluate-checkpoint."""
+    the value given and what is accepted; --render-gif only with --evaluate-checkpoint; --track only where
+    Weights & Biases can be imported."""
     for name, (accepted, what) in RANGES.items():
         value = getattr(args, name, None)
         if value is not None and not accepted(value):
@@ -245,6 +255,17 @@ def check_args(args) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be {what}, got {shown}")
     if getattr(args, "render_gif", None) and not getattr(args, "evaluate_checkpoint", None):
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
+    if getattr(args, "track", False):
+        require_wandb()
+
+
+def require_wandb() -> None:
+    """A ConfigError saying how to install Weights & Biases when `--track` asks for it and it cannot be imported."""
+    try:
+        importlib.import_module("wandb")  # now, so that a run without it stops before its folder is made
+    except ImportError as err:
+        raise ConfigError(f"--track needs Weights & Biases, which cannot be imported ({err}): "
+                          'pip install -e ".[track]"') from None
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> Optional[str]:
@@ -283,12 +304,16 @@ def saved_args(cls: Type[T], saved: dict) -> dict:
 
 
 def _base(cls: Type[T], config: Optional[str], resume: Optional[str]) -> dict:
-    """defaults < preset < resumed run's saved args, as a dict of Args fields."""
+    """defaults < preset < resumed run's saved args (but NOT_RESUMED), as a dict of Args fields."""
     base = load_preset(cls, config) if config else {}
     if resume:
-        base.update(resumed_args(cls, resume))
+        base.update({k: v for k, v in resumed_args(cls, resume).items() if k not in NOT_RESUMED})
         base["resume"] = resume
     return base
+
+
+# Saved settings a resumed run does not take back: whether a process logs to W&B is its own command line's choice.
+NOT_RESUMED = ("track",)
 
 
 def parse_args(cls: Type[T], argv: Optional[Sequence[str]] = None, description: Optional[str] = None) -> T:

@@ -15,7 +15,7 @@ import csv
 import json
 import os
 import struct
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -356,6 +356,142 @@ def write_tables(rows: Sequence[dict], folder: str, name: str = "results") -> Tu
                 "mean and 95% bootstrap confidence interval of the mean.\n\n" + markdown_table(rows))
     write_csv(rows, csv_path)
     return md, csv_path
+
+
+# ----------------------------------------------------------------------------- comparing labels over envs
+# Performance profiles and the probability of improvement, as defined by rliable (Agarwal et al. 2021, "Deep RL at
+# the edge of the statistical precipice") and used by marl-eval (Gorsane et al. 2022). Scores are nested dicts
+# {label: {env: (S,) one score per seed}}: the seeds of one (label, env) form one stratum of the bootstrap.
+Scores = Dict[str, Dict[str, np.ndarray]]
+Bounds = Dict[str, Tuple[float, float]]  # {env: (low, high)} that normalise to 0 and 1
+
+
+def final_scores(records: Sequence[dict]) -> Scores:
+    """{label: {env: (S,) final greedy evaluation returns}} of the records (`read_run`), one per seed;
+    diverged runs and runs without an evaluation are left out."""
+    scores: Dict[str, Dict[str, list]] = {}
+    for r in records:
+        if r.get("status") != "diverged" and np.isfinite(r["final_return"]):
+            scores.setdefault(r["label"], {}).setdefault(r["env"], []).append(r["final_return"])
+    return {label: {env: np.array(x, dtype=float) for env, x in envs.items()} for label, envs in scores.items()}
+
+
+def score_bounds(scores: Scores, given: Optional[Bounds] = None) -> Bounds:
+    """{env: (low, high)} for normalising: `given[env]` (e.g. a random and an expert policy's returns) where
+    there is one, else the lowest and highest score of every run of that env, every label's (min-max, as
+    marl-eval does)."""
+    given = given or {}
+    envs = sorted({env for per_env in scores.values() for env in per_env})
+    bounds = {}
+    for env in envs:
+        every = np.concatenate([per_env[env] for per_env in scores.values() if env in per_env])  # (all seeds,)
+        bounds[env] = given.get(env, (float(every.min()), float(every.max())))
+    return bounds
+
+
+def normalize(scores: Scores, bounds: Bounds) -> Scores:
+    """(score - low) / (high - low) per env: 0 at `low`, 1 at `high`. An env where low == high (every run
+    scored the same) maps to 0."""
+    span = {env: (high - low) or 1.0 for env, (low, high) in bounds.items()}
+    return {label: {env: (x - bounds[env][0]) / span[env] for env, x in per_env.items()}
+            for label, per_env in scores.items()}
+
+
+def performance_profile(per_env: Dict[str, np.ndarray], taus: np.ndarray) -> np.ndarray:
+    """The score distribution of one label: for each threshold tau (K,), the fraction of runs that score
+    above tau, each env weighted equally (the mean over envs of the fraction of that env's seeds). (K,)"""
+    return np.mean([(x[:, None] > taus[None, :]).mean(0) for x in per_env.values()], axis=0)  # (K,)
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
+    """P(X > Y) on one env from the seeds' scores x (Sx,) and y (Sy,): the Mann-Whitney U statistic over
+    Sx * Sy, the fraction of pairs (x_i, y_j) with x_i > y_j, a tie counting one half."""
+    greater = x[:, None] > y[None, :]  # (Sx, Sy)
+    ties = x[:, None] == y[None, :]  # (Sx, Sy)
+    return float((greater.sum() + 0.5 * ties.sum()) / greater.size)
+
+
+def mean_probability_of_improvement(x: Dict[str, np.ndarray], y: Dict[str, np.ndarray]) -> float:
+    """P(X > Y) averaged over the envs that both labels ran ({env: (S,)} each); NaN if none."""
+    shared = sorted(set(x) & set(y))
+    return float(np.mean([probability_of_improvement(x[env], y[env]) for env in shared])) if shared else float("nan")
+
+
+def stratified_resample(scores: Scores, rng: np.random.Generator) -> Scores:
+    """One bootstrap sample: each (label, env)'s seeds drawn with replacement, as many as it has."""
+    return {label: {env: x[rng.integers(0, len(x), len(x))] for env, x in per_env.items()}
+            for label, per_env in scores.items()}
+
+
+def stratified_bootstrap_ci(statistic: Callable[[Scores], np.ndarray], scores: Scores, level: float = 0.95,
+                            n_boot: int = 2000, seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+    """Percentile interval of `statistic(scores)` (an array of any shape) over `n_boot` stratified
+    resamples (`stratified_resample`, fixed generator so plots are reproducible): (low, high), each of
+    the statistic's shape. A stratum with one seed does not vary, so with one seed everywhere the
+    interval has zero width."""
+    rng = np.random.default_rng(seed)
+    samples = np.stack([statistic(stratified_resample(scores, rng)) for _ in range(n_boot)])  # (n_boot, ...)
+    alpha = (1.0 - level) / 2
+    return np.quantile(samples, alpha, axis=0), np.quantile(samples, 1.0 - alpha, axis=0)
+
+
+def profile_thresholds(scores: Scores, k: int = 201) -> np.ndarray:
+    """K thresholds evenly over [0, 1] for normalised scores, widened to the lowest and highest score where
+    given bounds leave some outside. (K,)"""
+    every = np.concatenate([x for per_env in scores.values() for x in per_env.values()])  # (all runs,)
+    return np.linspace(min(0.0, every.min()), max(1.0, every.max()), k)
+
+
+def performance_profiles(scores: Scores, taus: np.ndarray, n_boot: int = 2000) -> Dict[str, Tuple[np.ndarray, ...]]:
+    """{label: (profile, ci_low, ci_high)}, each (K,) over the thresholds `taus` (K,), with a 95% stratified
+    bootstrap interval; `scores` normalised."""
+    labels = sorted(scores)
+
+    def statistic(sample: Scores) -> np.ndarray:  # (L, K)
+        return np.stack([performance_profile(sample[label], taus) for label in labels])
+
+    low, high = stratified_bootstrap_ci(statistic, scores, n_boot=n_boot)  # (L, K) each
+    point = statistic(scores)  # (L, K)
+    return {label: (point[i], low[i], high[i]) for i, label in enumerate(labels)}
+
+
+IMPROVEMENT_COLUMNS = ("x", "y", "envs", "p_improvement", "ci_low", "ci_high")
+
+
+def improvement_table(scores: Scores, n_boot: int = 2000) -> List[dict]:
+    """One row per ordered pair of labels (X, Y) that ran a common env: P(X > Y) averaged over their
+    shared envs, with a 95% stratified bootstrap interval; `envs` names the shared envs."""
+    pairs = [(x, y) for x in sorted(scores) for y in sorted(scores) if x != y and set(scores[x]) & set(scores[y])]
+    if not pairs:
+        return []
+
+    def statistic(sample: Scores) -> np.ndarray:  # (pairs,)
+        return np.array([mean_probability_of_improvement(sample[x], sample[y]) for x, y in pairs])
+
+    low, high = stratified_bootstrap_ci(statistic, scores, n_boot=n_boot)  # (pairs,) each
+    return [{"x": x, "y": y, "envs": " ".join(sorted(set(scores[x]) & set(scores[y]))), "p_improvement": float(p),
+             "ci_low": float(lo), "ci_high": float(hi)}
+            for (x, y), p, lo, hi in zip(pairs, statistic(scores), low, high)]
+
+
+def write_improvement_tables(rows: Sequence[dict], folder: str, note: str = "") -> Tuple[str, str]:
+    """Write `<folder>/improvement.md` (`note` above the table) and `<folder>/improvement.csv`; return both."""
+    md, csv_path = os.path.join(folder, "improvement.md"), os.path.join(folder, "improvement.csv")
+    with open(md, "w") as f:
+        f.write((note + "\n\n" if note else "") + improvement_markdown(rows))
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=IMPROVEMENT_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return md, csv_path
+
+
+def improvement_markdown(rows: Sequence[dict]) -> str:
+    """The rows of `improvement_table` as a Markdown table (3 decimals)."""
+    lines = ["| X | Y | envs | P(X > Y) | 95% CI |", "|" + "---|" * 5]
+    lines += [f"| {r['x']} | {r['y']} | {r['envs']} | {r['p_improvement']:.3f} | "
+              f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] |" for r in rows]
+    return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------- marl-eval's layout

@@ -1,10 +1,11 @@
 """Plumbing shared by every algorithm file: seeding, devices, run folders, atomic checkpoints,
-summary.json, console progress, greedy evaluation, and the bookkeeping of a training run
-(`start_or_resume`, `RunRecorder`, `checkpoint_for_evaluation`, `report_greedy_evaluation`).
+summary.json, console progress, greedy evaluation, the W&B copy of `--track`, and the bookkeeping
+of a training run (`start_or_resume`, `RunRecorder`, `checkpoint_for_evaluation`, `report_greedy_evaluation`).
 Nothing here is RL maths: what is trained, logged as a loss or saved in a checkpoint is decided
 in the algorithm files."""
 import csv
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -403,14 +404,66 @@ def _next_multiple(step: int, every: int) -> Optional[int]:
 UNDEFINED_OK = ("explained_variance",)
 
 
+# ----------------------------------------------------------------------------- Weights & Biases (--track)
+def wandb_id(run_path: str) -> str:
+    """The W&B run id of a run folder, made from the folder's name (W&B ids take no ',' or '='): the same folder
+    always logs into the same W&B run, whether it is trained, resumed or evaluated."""
+    name = os.path.basename(os.path.normpath(os.path.abspath(run_path)))
+    return hashlib.sha1(name.encode()).hexdigest()[:16]
+
+
+def start_wandb(args, run_path: str, group: Optional[str] = None, config: Optional[Dict[str, Any]] = None):
+    """The W&B run of the run folder `run_path` (`--track`), new or continued (resume="allow", id `wandb_id`), in
+    `args.wandb_project_name` and `args.wandb_entity`, its files in <run_path>/wandb/. Every metric is plotted
+    against `global_step`, which each logged dict holds, rather than W&B's own step: that one only grows, and a
+    resumed run logs again from its checkpoint's step. W&B failing to start (online, not logged in) is a
+    ConfigError."""
+    import wandb
+
+    try:
+        run = wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, id=wandb_id(run_path),
+                         name=os.path.basename(os.path.normpath(os.path.abspath(run_path))), resume="allow",
+                         dir=run_path, group=group, config=config, reinit="create_new")
+    except wandb.errors.Error as err:
+        raise ConfigError(f"--track: Weights & Biases did not start ({_first_line(err)}); run `wandb login`, or "
+                          "set WANDB_MODE=offline to keep the W&B run in the run folder and `wandb sync` it "
+                          "later") from None
+    run.define_metric("global_step")
+    run.define_metric("*", step_metric="global_step")
+    return run
+
+
+def track_evaluation(args, run_path: str, result: Dict[str, Any], video: Optional[str] = None) -> None:
+    """`--track` with `--evaluate-checkpoint` (and `run.py evaluate --track`): log the evaluation's mean return as
+    `evaluate/episodic_return` at the checkpoint's env step (`result` holds both), and the GIF or MP4 `video` as
+    `evaluate/video`, into the W&B run of the run folder `run_path`: in the project and entity it was trained
+    under when it was tracked (its args.json says), else in those of `args`, with args.json as the config."""
+    import wandb
+
+    try:
+        with open(os.path.join(run_path, "args.json")) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):  # a checkpoint.pt away from its run folder
+        saved = {}
+    where = (dataclasses.replace(args, wandb_project_name=saved["wandb_project_name"],
+                                 wandb_entity=saved.get("wandb_entity")) if saved.get("track") else args)
+    run = start_wandb(where, run_path, config=saved or None)
+    run.log({"evaluate/episodic_return": result["eval_return_mean"], "global_step": result["global_step"],
+             **({"evaluate/video": wandb.Video(video)} if video else {})})  # a file: no encoding, no moviepy
+    run.finish()
+    say(f"logged to W&B run {wandb_id(run_path)} in {os.path.join(run_path, 'wandb')}")
+
+
 class ScalarWriter:
     """TensorBoard's writer that also appends every scalar to `scalars.csv` beside the event files
     (step, tag, value, wall_time: the curves readable without TensorBoard, by `run.py plot` too),
     and puts the run's args in TensorBoard's HParams view, with the evaluation return as its metric.
-    A resumed run appends to the same file."""
+    A resumed run appends to the same file. With `wandb_run` (`--track`), every scalar also goes to
+    W&B, those of one env step in one `log` call (sent when the step changes, at `end_step` and at `close`)."""
 
-    def __init__(self, run_path: str, hparams: Dict[str, Any]):
+    def __init__(self, run_path: str, hparams: Dict[str, Any], wandb_run=None):
         self.tb = SummaryWriter(run_path)
+        self.wandb, self.pending, self.pending_step = wandb_run, {}, None  # W&B: the scalars of one env step
         path = os.path.join(run_path, SCALARS_CSV)
         new = not os.path.exists(path)
         self.file = open(path, "a", newline="")
@@ -425,14 +478,34 @@ class ScalarWriter:
         value = float(value)
         self.tb.add_scalar(tag, value, step)
         self.csv.writerow([int(step), tag, repr(value), f"{time.time():.3f}"])
+        if self.wandb is not None:
+            if step != self.pending_step:
+                self._send()
+            self.pending[tag], self.pending_step = value, int(step)
+
+    def _send(self) -> None:
+        if self.wandb is not None and self.pending:
+            self.wandb.log({**self.pending, "global_step": self.pending_step})
+            self.pending = {}
+
+    def end_step(self) -> None:
+        """An iteration's scalars are all written: scalars.csv to disk, W&B sent (whatever stops the run later)."""
+        self.file.flush()
+        self._send()
 
     def flush(self) -> None:
         self.tb.flush()
-        self.file.flush()
+        self.end_step()
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
+        """Close the files; finish the W&B run with the process's `exit_code` (0 finished, 1 diverged, 130 / 143
+        interrupted)."""
         self.tb.close()
         self.file.close()
+        self._send()
+        if self.wandb is not None:
+            self.wandb.finish(exit_code=exit_code)
+            self.wandb = None
 
 
 class RunRecorder:
@@ -471,7 +544,9 @@ class RunRecorder:
         global_step = ckpt["global_step"] if ckpt else 0
         self.checkpoint_path = os.path.join(run_path, "checkpoint.pt")
         self.checkpoint_step = global_step if ckpt else None  # env step of the last checkpoint written
-        self.writer = ScalarWriter(run_path, args_dict(args))  # TensorBoard, scalars.csv, the HParams view
+        tracked = (start_wandb(args, run_path, group=f"{args.exp_name or algo}__{args.env}", config=args_dict(args))
+                   if getattr(args, "track", False) else None)  # one W&B group per label and env: its seeds
+        self.writer = ScalarWriter(run_path, args_dict(args), tracked)  # TensorBoard, scalars.csv, HParams, W&B
         write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
         self.progress = Progress(args.total_timesteps, global_step)
         # (global_step, mean greedy return) of each evaluation; a resumed run starts from those made before its
@@ -525,8 +600,8 @@ class RunRecorder:
             signal.signal(sig, handler)
         self._old_handlers = {}
 
-    def _close(self) -> None:
-        self.writer.close()
+    def _close(self, exit_code: int = 0) -> None:
+        self.writer.close(exit_code)
         self._restore_signals()
 
     def evaluate(self, eval_envs, policy, global_step: int,
@@ -604,7 +679,7 @@ class RunRecorder:
             w.add_scalar(f"losses/{key}", value, global_step)
         w.add_scalar("timers/rollout_s", rollout_s, global_step)
         w.add_scalar("timers/update_s", update_s, global_step)
-        w.file.flush()  # scalars.csv holds every finished iteration, whatever stops the run later
+        w.end_step()  # scalars.csv (and W&B) hold every finished iteration, whatever stops the run later
         self.last_stats = dict(stats)
         self.check_finite(global_step, stats)
         self.progress.maybe_print(global_step, sps, {
@@ -627,7 +702,7 @@ class RunRecorder:
 
     def _diverged(self, global_step: int, what: str) -> RunDiverged:
         self._write_summary(global_step, self.last_stats, "diverged", {"diverged": what})
-        self._close()
+        self._close(exit_code=RunDiverged.exit_code)
         kept = (f"the last finite checkpoint ({self.checkpoint_path}, env step {self.checkpoint_step:,}) is kept"
                 if self.checkpoint_step is not None else "no checkpoint had been written")
         return RunDiverged(f"error: the run diverged at env step {global_step:,}: {what}. Training stopped; {kept}; "
@@ -661,12 +736,13 @@ class RunRecorder:
             return
         name = signal.Signals(self.stop_signal).name
         self._write_summary(global_step, self.last_stats, "interrupted", {"stopped_by": name})
-        self._close()
+        self._close(exit_code=128 + self.stop_signal)
         script = sys.argv[0] if sys.argv[0].endswith(".py") and "algos" in sys.argv[0] else f"algos/{self.algo}.py"
         raise RunInterrupted(f"\nstopped by {name} at env step {global_step:,}: checkpoint saved in "
                              f"{self.checkpoint_path}"
                              f", summary.json says \"status\": \"interrupted\"\nresume with: python {script} --resume "
-                             f"{self.run_path}", self.run_path, self.stop_signal)
+                             f"{self.run_path}" + (" --track" if getattr(self.args, "track", False) else ""),
+                             self.run_path, self.stop_signal)
 
     def _write_summary(self, global_step: int, final_losses: Dict[str, float], status: str,
                        extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -750,10 +826,17 @@ def report_greedy_evaluation(args, saved, env, policy, device: torch.device) -> 
 def evaluate_checkpoint(args, algo: str, args_cls, acting_policy) -> Dict[str, Any]:
     """`--evaluate-checkpoint`: the run's acting network, from the file's own
     `acting_policy(saved_args, env, ckpt, device)` (the function `--load-group` also builds another
-    algorithm's run with), plays `--eval-episodes` episodes; prints and returns the returns."""
+    algorithm's run with), plays `--eval-episodes` episodes; prints the returns and returns their mean with the
+    checkpoint's env step. With `--track`, they (and the `--render-gif`) go to the run's W&B run
+    (`track_evaluation`)."""
     ckpt, saved, env, device = checkpoint_for_evaluation(args, algo, args_cls)
     policy = acting_policy(saved, env, ckpt, device)
     if getattr(saved, "load_group", ()):  # groups that acted as another algorithm's run act as it again
         from common.groups import policy_map  # (common.groups builds on this module)
         policy = policy_map(saved, env, algo, device).policy(policy)
-    return report_greedy_evaluation(args, saved, env, policy, device)
+    result = {**report_greedy_evaluation(args, saved, env, policy, device), "global_step": int(ckpt["global_step"])}
+    if getattr(args, "track", False):
+        path = args.evaluate_checkpoint
+        track_evaluation(args, path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path)), result,
+                         args.render_gif)
+    return result

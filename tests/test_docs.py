@@ -141,6 +141,7 @@ def test_algorithm_commands_parse(doc, command, argv, monkeypatch, capsys):
     monkeypatch.chdir(REPO)  # presets are given relative to the repository root
     # Docs name placeholder runs (`--resume runs/<run_name>`): check the flags, not the files.
     monkeypatch.setattr(common.cli, "resumed_args", lambda cls, path: {})
+    monkeypatch.setattr(common.cli, "require_wandb", lambda: None)  # --track parses where W&B is not installed
     name = os.path.basename(argv[0])[:-3]
     assert name in ALGO_NAMES, f"{doc}: `{command}` runs algos/{name}.py, which does not exist"
     check_algo_argv(importlib.import_module(f"algos.{name}"), argv[1:], f"{doc}: `{command}`", capsys)
@@ -151,6 +152,7 @@ def test_run_commands_parse(doc, command, argv, monkeypatch, capsys):
     import run
 
     monkeypatch.chdir(REPO)
+    monkeypatch.setattr(common.cli, "require_wandb", lambda: None)  # --track parses where W&B is not installed
     argv = argv[1:]
     own = argv[: argv.index("--")] if "--" in argv else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
