@@ -1065,6 +1065,8 @@ def tune(argv: List[str]) -> dict:
     parser.add_argument("--no-defaults-trial", action="store_true", help="do not start with the defaults' point "
                         "(the file's defaults and the flags after --, when the space holds them)")
     parser.add_argument("--sampler-seed", type=int, default=0, help="seed of the TPE sampler")
+    parser.add_argument("--dry-run", action="store_true", help="check the space and the flags, say what would run; "
+                                                               "run nothing")
     backend_options(parser)
     parser.add_argument(DEBUG_FLAG, action="store_true", help="print tracebacks (or MARL_DEBUG=1)")
     opts = parser.parse_args(own)
@@ -1091,6 +1093,11 @@ def tune(argv: List[str]) -> dict:
         raise ConfigError(f"{os.path.relpath(preset)} exists already: name the file the best settings go to with "
                           "--preset PATH (it is replaced)")
     budget = base.resolved["total_timesteps"]
+    if opts.dry_run:
+        print(f"{opts.trials} trials x {opts.seeds} seeds: up to {opts.trials * opts.seeds} runs: {opts.algo} on "
+              f"{opts.env}, {budget:,} env steps each, searching {' '.join(d.text() for d in space)}; study in "
+              f"{study_dir}, preset to {preset}", flush=True)
+        return []
     settings = {"algo": opts.algo, "env": opts.env, "seeds": opts.seeds, "space": [d.text() for d in space],
                 "flags": extra, "objective": opts.objective}
     study = tuning.open_study(os.path.join(study_dir, "study.journal"), settings, opts.sampler_seed,
@@ -1106,7 +1113,8 @@ def tune(argv: List[str]) -> dict:
     while sum(tuning.counted(t) for t in study.get_trials(deepcopy=False)) < opts.trials:
         run_trial(study, module, opts, space, extra, runs_dir, argv)
     lines = tuning.trial_lines(study)
-    print("\n".join([f"trials ({study_dir}):"] + lines), flush=True)
+    write_json_atomic(os.path.join(study_dir, "trials.json"), tuning.study_record(study))
+    print("\n".join([f"trials ({study_dir}, also in trials.json):"] + lines), flush=True)
     completed = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
     if not completed:
         raise ConfigError("no trial completed (every one was pruned or diverged): no preset written")
@@ -1149,8 +1157,9 @@ def run_trial(study, module, opts, space, extra: List[str], runs_dir: str, argv:
     if opts.backend == "ray":
         run_ray(tasks, opts.address, opts.workers, opts.cpus_per_run, opts.gpus_per_run, on_result,
                 watch and watch.poll)
-    else:
-        run_local(tasks, opts.workers, on_result, watch and watch.poll)
+    else:  # with pruning a trial's seeds run at once: the median rule compares seed means at one env step
+        run_local(tasks, opts.workers if watch is None else max(opts.workers, len(tasks)), on_result,
+                  watch and watch.poll)
     described = tuning.describe(point)
     if STOPPED_BY is not None:  # the trial stays "running" in the study: the same command runs it again
         name = signal.Signals(STOPPED_BY).name

@@ -255,6 +255,17 @@ def trial_lines(study) -> List[str]:
     return lines
 
 
+def study_record(study) -> Dict[str, Any]:
+    """The study as plain data (its settings, and every trial that counts: number, state, value, point,
+    per-seed values, the curve reported to the pruner), for STUDY/trials.json."""
+    return {"settings": study.user_attrs.get("settings"), "trials": [
+        {"number": t.number, "state": "diverged" if t.user_attrs.get("diverged") else t.state.name.lower(),
+         "value": t.value, "point": t.user_attrs.get("point", t.params), "per_seed": t.user_attrs.get("per_seed"),
+         "defaults": bool(t.user_attrs.get("defaults")),
+         "reported": sorted([int(k), float(v)] for k, v in t.intermediate_values.items())}
+        for t in study.get_trials(deepcopy=False) if counted(t)]}
+
+
 def describe(point: Dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in point.items())
 

@@ -141,6 +141,10 @@ def test_a_tiny_study_beats_its_worst_trial_writes_a_preset_that_loads_and_exten
     assert "run.py tune" in text and "mean over 1 seed," in text and "defaults (trial 0)" in text
     folders = glob.glob(str(tmp_path / "study" / "runs" / "*" / "*" / "*"))
     assert len(folders) == 3
+    with open(tmp_path / "study" / "trials.json") as f:
+        record = json.load(f)
+    assert [t["value"] for t in record["trials"]] == pytest.approx(values, abs=0.006)
+    assert record["trials"][0]["defaults"] and record["settings"]["seeds"] == 1
 
     proc = run_py(*tune_args(tmp_path, 4))  # the same study, one trial more: the first three are not run again
     out, err = proc.communicate(timeout=600)
