@@ -207,6 +207,8 @@ def test_documented_grids_plan(doc, argv, monkeypatch, capsys):
     """Every launch the docs show is planned in full (presets, sweep values, every run's Args
     and validate()) by --dry-run, which runs nothing."""
     monkeypatch.chdir(REPO)
+    if argv[:1] == ["tune"]:
+        pytest.importorskip("optuna", reason="run.py tune needs Optuna: pip install -e '.[tune]'")
     cut = argv.index("--") if "--" in argv else len(argv)
     assert run.main([*argv[:cut], "--dry-run", *argv[cut:]]) == []
     assert " runs: " in capsys.readouterr().out
