@@ -759,15 +759,30 @@ def plot(argv: List[str]) -> dict:
     return {"pngs": pngs, "table": md, "csv": csv_path, "rows": rows, **comparison}
 
 
-def plot_env(env: str, records: Sequence[dict], out: str, threshold: Optional[float]) -> str:
-    """One env's curves: per label, the mean over seeds where they overlap and a 95% bootstrap
-    band (seeds of different lengths are averaged over those present at each step)."""
+def new_figure(width: float, height: float):
+    """A matplotlib figure and its axes, drawn without a display (the Agg backend)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    return plt.subplots(figsize=(width, height))
+
+
+def save_figure(fig, path: str) -> str:
+    """Lay out, write (120 dpi) and close `fig`; return `path`."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_env(env: str, records: Sequence[dict], out: str, threshold: Optional[float]) -> str:
+    """One env's curves: per label, the mean over seeds where they overlap and a 95% bootstrap
+    band (seeds of different lengths are averaged over those present at each step)."""
+    fig, ax = new_figure(7, 4.5)
     for label in sorted({r["label"] for r in records}):
         runs = [r for r in records if r["label"] == label and r["curve"]]
         if not runs:
@@ -784,11 +799,7 @@ def plot_env(env: str, records: Sequence[dict], out: str, threshold: Optional[fl
     ax.set_title(f"{env}: mean over seeds, 95% bootstrap CI")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = os.path.join(out, re.sub(r"[^\w.-]+", "_", env) + ".png")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, os.path.join(out, re.sub(r"[^\w.-]+", "_", env) + ".png"))
 
 
 def parse_bounds(specs: Sequence[str]) -> Dict[str, Tuple[float, float]]:
@@ -850,13 +861,8 @@ def plot_profiles(scores: dict, normalized: dict, out: str, scale: str) -> str:
     """Performance profiles (score distributions, Agarwal et al. 2021): per label, the fraction of runs whose
     normalised final return is above tau, each env weighted equally, with a 95% stratified bootstrap band.
     `scores` and `normalized` are {label: {env: (S,) final returns}}, before and after normalising."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     taus = profile_thresholds(normalized)  # (K,)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = new_figure(7, 4.5)
     for label, (profile, low, high) in performance_profiles(normalized, taus).items():
         runs = sum(len(x) for x in scores[label].values())
         envs = len(scores[label])
@@ -867,22 +873,13 @@ def plot_profiles(scores: dict, normalized: dict, out: str, scale: str) -> str:
     ax.set_title("Performance profiles of the final greedy evaluation return, 95% stratified bootstrap CI", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = os.path.join(out, "profiles.png")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, os.path.join(out, "profiles.png"))
 
 
 def plot_improvement(rows: Sequence[dict], out: str) -> str:
     """The probability of improvement of every ordered pair of labels (`improvement_table`'s rows): one row
     "X vs Y" each, the point estimate and its 95% stratified bootstrap interval; 0.5 (no difference) dotted."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 1.5 + 0.4 * len(rows)))
+    fig, ax = new_figure(7, 1.5 + 0.4 * len(rows))
     ys = list(range(len(rows)))[::-1]  # the first pair on top
     points = [r["p_improvement"] for r in rows]
     errors = [[max(0.0, r["p_improvement"] - r["ci_low"]) for r in rows],  # a percentile interval may
@@ -896,11 +893,7 @@ def plot_improvement(rows: Sequence[dict], out: str) -> str:
     ax.set_title("Probability of improvement (final greedy evaluation return), 95% stratified bootstrap CI",
                  fontsize=9)
     ax.grid(alpha=0.3, axis="x")
-    fig.tight_layout()
-    path = os.path.join(out, "improvement.png")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, os.path.join(out, "improvement.png"))
 
 
 # ============================================================================ evaluate

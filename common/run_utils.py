@@ -131,12 +131,12 @@ def write_json_atomic(path: str, data: Dict[str, Any]) -> None:
     """Write JSON so that a reader never sees half a file (write a temp file, then rename); valid
     JSON always: non-finite numbers are written null (`json_safe`)."""
     text = json.dumps(json_safe(data), indent=2, default=str, allow_nan=False)
-    _atomic_write(path, lambda f: f.write(text.encode()))
+    atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def save_checkpoint(path: str, payload: Dict[str, Any]) -> None:
     """torch.save to a temp file in the same folder, then rename over the old checkpoint."""
-    _atomic_write(path, lambda f: torch.save(payload, f))
+    atomic_write(path, lambda f: torch.save(payload, f))
 
 
 def load_checkpoint(path: str, device: Optional[torch.device] = None) -> Dict[str, Any]:
@@ -191,7 +191,7 @@ def _first_line(err: Exception) -> str:
     return f"{type(err).__name__}: {text}"[:160]
 
 
-def _atomic_write(path: str, write) -> None:
+def atomic_write(path: str, write) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_")

@@ -23,7 +23,7 @@ import yaml
 
 from common.cli import ConfigError
 from common.results import eval_episodes
-from common.run_utils import _atomic_write
+from common.run_utils import atomic_write
 
 OBJECTIVES = ("final", "mean")  # the last evaluation's return, or the mean of the evaluation curve (its area)
 SPACE_HELP = "KEY=LOW:HIGH (uniform), KEY=LOW:HIGH:log (log-uniform) or KEY=V1,V2,... (one of these values)"
@@ -297,5 +297,5 @@ def write_preset(path: str, study, header: Dict[str, str], rest: Dict[str, Any])
     point = dict(best.user_attrs.get("point", best.params))
     text = ("\n".join(lines) + "\n" + yaml.safe_dump(point, sort_keys=False) + "# the other settings, as every trial "
             "ran them\n" + yaml.safe_dump({k: v for k, v in rest.items() if k not in point}, sort_keys=False))
-    _atomic_write(path, lambda f: f.write(text.encode()))
+    atomic_write(path, lambda f: f.write(text.encode()))
     return path
