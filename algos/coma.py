@@ -134,13 +134,14 @@ def build_networks(args: Args, env, device):
     the actions join them."""
     sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = Actor(env.obs_shape, env.n_agents, True, env.n_actions, torch.as_tensor(env.action_dim_mask),
-                  sets, args.hidden_sizes, args.recurrent, args.activation).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation, obs_sizes=env.obs_dims).to(device)
     # One output per own action: Q_i(s, (a_-i, a)) for every a in a single forward pass. The small
     # output gain starts Q nearly equal for all own actions, so no action is favoured before data says so.
     state_in = env.state_shape if len(env.state_shape) == 3 else (env.state_dim,)  # an image state, or flat
     critic_in = (state_in, env.obs_shape, (env.n_agents * env.n_actions,))  # three inputs: see critic_inputs
     critic = AgentNet(critic_in, env.n_actions, env.n_agents, sets, args.critic_hidden_sizes, "none",
-                      out_gain=0.01, activation=args.activation).to(device)
+                      out_gain=0.01, activation=args.activation, in_sizes=(None, env.obs_dims, None),
+                      out_mask=torch.as_tensor(env.action_dim_mask)).to(device)
     return actor, critic
 
 

@@ -128,9 +128,9 @@ def build_networks(args: Args, env, device, learning: Optional[List[List[int]]] 
     A = env.n_actions if env.discrete else env.action_dim  # one-hot width or continuous action size
     sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = DeterministicActor(env.obs_shape, env.n_agents, env.discrete, A, torch.as_tensor(env.action_dim_mask),
-                               sets, args.hidden_sizes, args.activation).to(device)
+                               sets, args.hidden_sizes, args.activation, obs_sizes=env.obs_dims).to(device)
     critic = Critic((env.obs_shape, (A,)), env.n_agents, sets, args.hidden_sizes, "none",
-                    args.activation).to(device)
+                    args.activation, in_sizes=(env.obs_dims, env.action_dims)).to(device)
     # One mixer per team (nets.PerGroup): rivals' utilities never mix into one Q_tot, and a fixed group's
     # agents are in no team, so neither its utilities nor its actors get a gradient.
     learning = learning or [list(range(env.n_agents))]

@@ -101,7 +101,8 @@ def build_networks(args: Args, env, device, n_teams: int = 1):
     (obs_shape (H, W, C)) and image states get a small CNN in front (nets.encoder_for)."""
     action_size = env.n_actions if env.discrete else env.action_dim
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  param_layout(args, env), args.hidden_sizes, args.recurrent, args.activation).to(device)
+                  param_layout(args, env), args.hidden_sizes, args.recurrent, args.activation,
+                  obs_sizes=env.obs_dims).to(device)
     # The critic's "agents" are the K teams, each its own weights (one team: its one-hot is a constant 1):
     # (L, B, K, state_dim) -> (L, B, K)
     state_in = env.state_shape if len(env.state_shape) == 3 else env.state_dim  # an image state, or flat

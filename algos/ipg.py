@@ -107,11 +107,12 @@ def build_networks(args: Args, env, device):
     action_size = env.n_actions if env.discrete else env.action_dim
     sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  sets, args.hidden_sizes, args.recurrent, args.activation).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation, obs_sizes=env.obs_dims).to(device)
     # own observation [and the time feature, a second input: see baseline_inputs]
     baseline_shape = (env.obs_shape, (1,)) if args.time_feature else env.obs_shape
+    baseline_sizes = (env.obs_dims, None) if args.time_feature else env.obs_dims
     critic = Critic(baseline_shape, env.n_agents, sets, args.hidden_sizes, args.recurrent,
-                    args.activation).to(device) if args.baseline else None
+                    args.activation, in_sizes=baseline_sizes).to(device) if args.baseline else None
     return actor, critic
 
 

@@ -119,10 +119,11 @@ def build_networks(args: Args, env, device):
     sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor_net = graph_net(args, env, action_size, out_gain=0.01) if args.actor_model == "gnn" else None
     actor = Actor(obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  sets, args.hidden_sizes, args.recurrent, args.activation, net=actor_net).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation, net=actor_net,
+                  obs_sizes=env.obs_dims).to(device)
     critic_net = graph_net(args, env, 1, 1.0) if args.critic_model == "gnn" else None
     critic = Critic(obs_shape, env.n_agents, sets, args.hidden_sizes, args.recurrent, args.activation,
-                    net=critic_net).to(device)
+                    net=critic_net, in_sizes=env.obs_dims).to(device)
     return actor, critic
 
 

@@ -109,7 +109,8 @@ def build_networks(args: Args, env, device):
     """Agent utilities Q_i on local histories (image observations, obs_shape (H, W, C), through a small
     CNN: nets.encoder_for); nothing else."""
     return QPolicy(env.obs_shape, env.n_actions, env.n_agents, param_layout(args, env), args.hidden_dim,
-                   args.recurrent, args.last_action_input).to(device)
+                   args.recurrent, args.last_action_input,
+                   obs_sizes=env.obs_dims, action_sizes=env.action_dims).to(device)
 
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS

@@ -131,7 +131,8 @@ def build_networks(args: Args, env, device):
     sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor_net = graph_net(args, env, action_size, out_gain=0.01) if args.actor_model == "gnn" else None
     actor = Actor(obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  sets, args.hidden_sizes, args.recurrent, args.activation, net=actor_net).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation, net=actor_net,
+                  obs_sizes=env.obs_dims).to(device)
     critic_dim = centralised_input_shape(args, env)  # the state (an image gets a CNN) or all observations
     critic_net = graph_net(args, env, 1, 1.0, args.gnn_critic_pool) if args.critic_model == "gnn" else None
     # --share-critic: one parameter set serves every agent (the one-hot tells it whose value to predict), so the

@@ -120,7 +120,7 @@ def build_networks(args: Args, env, device):
     A = env.action_dim
     sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = SquashedGaussianActor(env.obs_shape, env.n_agents, A, torch.as_tensor(env.action_dim_mask),
-                                  sets, args.hidden_sizes, args.activation).to(device)
+                                  sets, args.hidden_sizes, args.activation, obs_sizes=env.obs_dims).to(device)
     info_in = centralised_input_shape(args, env)  # the state (an image gets a CNN) or all observations
     critics = torch.nn.ModuleList([Critic((info_in, (env.n_agents * A,)), env.n_agents, sets,
                                           args.hidden_sizes, "none", args.activation) for _ in range(2)]).to(device)

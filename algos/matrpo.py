@@ -122,7 +122,7 @@ def build_networks(args: Args, env, device):
     action_size = env.n_actions if env.discrete else env.action_dim
     sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  sets, args.hidden_sizes, args.recurrent, args.activation).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation, obs_sizes=env.obs_dims).to(device)
     critic_dim = centralised_input_shape(args, env)  # the state (an image gets a CNN) or all observations
     critic = Critic(critic_dim, env.n_agents, sets, args.hidden_sizes, args.recurrent,
                     args.activation).to(device)

@@ -115,7 +115,8 @@ def build_networks(args: Args, env, device, teams=None):
     small CNN: nets.encoder_for); a QMIX mixer on the global state (flat, whatever its shape) for
     every team in `teams` (lists of agent indices, teams.learning; default one team of every agent)."""
     agents = QPolicy(env.obs_shape, env.n_actions, env.n_agents, param_layout(args, env), args.hidden_dim,
-                     args.recurrent, args.last_action_input).to(device)
+                     args.recurrent, args.last_action_input,
+                     obs_sizes=env.obs_dims, action_sizes=env.action_dims).to(device)
     teams = teams or [list(range(env.n_agents))]
     mixer = PerGroup([QMixer(len(m), env.state_dim, args.mixer_embed_dim, args.hypernet_hidden) for m in teams],
                      teams).to(device)  # (..., N) -> (..., K): rivals are never mixed into one Q_tot

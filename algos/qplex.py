@@ -116,7 +116,8 @@ def build_networks(args: Args, env, device, teams=None):
     CNN: nets.encoder_for); a duplex dueling mixer on the state (flat, whatever its shape) and the joint action
     for every team in `teams` (lists of agent indices, teams.learning; default one team of every agent)."""
     agents = QPolicy(env.obs_shape, env.n_actions, env.n_agents, param_layout(args, env), args.hidden_dim,
-                     args.recurrent, args.last_action_input).to(device)
+                     args.recurrent, args.last_action_input,
+                     obs_sizes=env.obs_dims, action_sizes=env.action_dims).to(device)
     teams = teams or [list(range(env.n_agents))]
     mixer = PerGroup([QPLEXMixer(len(m), env.state_dim, env.n_actions, args.attention_heads, args.mixer_hidden)
                       for m in teams], teams).to(device)  # (..., N) -> (..., K): rivals are never mixed

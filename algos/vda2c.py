@@ -105,8 +105,9 @@ def build_networks(args: Args, env, device, learning=None):
     action_size = env.n_actions if env.discrete else env.action_dim
     sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  sets, args.hidden_sizes, args.recurrent, args.activation).to(device)
-    critic = Critic(env.obs_shape, env.n_agents, sets, args.hidden_sizes, args.recurrent, args.activation).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation, obs_sizes=env.obs_dims).to(device)
+    critic = Critic(env.obs_shape, env.n_agents, sets, args.hidden_sizes, args.recurrent, args.activation,
+                    in_sizes=env.obs_dims).to(device)
     learning = learning or [list(range(env.n_agents))]
     mixer = PerGroup([VDNMixer() if args.mixer == "vdn" else
                       QMixer(len(m), env.state_dim, args.mixer_embed_dim, args.hypernet_hidden) for m in learning],

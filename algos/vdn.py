@@ -104,7 +104,8 @@ def build_networks(args: Args, env, device, teams=None):
     CNN: nets.encoder_for); for every team in `teams` (lists of agent indices, teams.learning; default one team
     of every agent) a VDN mixer sums its agents' utilities."""
     agents = QPolicy(env.obs_shape, env.n_actions, env.n_agents, param_layout(args, env), args.hidden_dim,
-                     args.recurrent, args.last_action_input).to(device)
+                     args.recurrent, args.last_action_input,
+                     obs_sizes=env.obs_dims, action_sizes=env.action_dims).to(device)
     teams = teams or [list(range(env.n_agents))]
     mixer = PerGroup([VDNMixer() for _ in teams], teams).to(device)  # (..., N) -> (..., K): rivals never summed
     return agents, mixer

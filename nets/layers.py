@@ -20,15 +20,38 @@ class AgentLinear(nn.Module):
     `n_agents` parameter sets; agent n uses set s(n) = n, or `set_of_agent[n]` when given
     (agents of one group share a matrix, groups keep their own: still one batched matmul).
     Input (..., N, in_dim) -> output (..., N, out_dim).
+
+    Sets of different true sizes (agents whose observations or actions the env pads to a common
+    width): `in_mask` (n_agents, in_dim) and `out_mask` (n_agents, out_dim), True on the inputs
+    and outputs that set really has. Each set's matrix is then its true-size matrix (orthogonal
+    init of that block alone, as a network built for that size) in a fixed-zero frame: the rest
+    of the weights and biases are multiplied by 0 in every forward pass, so padded inputs cannot
+    reach the set's outputs, padded outputs are 0, and the frame gets no gradient.
     """
 
     def __init__(self, n_agents: int, in_dim: int, out_dim: int, gain: float = math.sqrt(2),
-                 set_of_agent: Optional[Sequence[int]] = None):
+                 set_of_agent: Optional[Sequence[int]] = None, in_mask: Optional[torch.Tensor] = None,
+                 out_mask: Optional[torch.Tensor] = None):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(n_agents, in_dim, out_dim))
         self.bias = nn.Parameter(torch.zeros(n_agents, 1, out_dim))
-        for n in range(n_agents):  # orthogonal init of each agent's matrix, as nn.Linear below
-            nn.init.orthogonal_(self.weight.data[n].T, gain)
+        self.weight_mask: Optional[torch.Tensor]
+        self.bias_mask: Optional[torch.Tensor]
+        if in_mask is None and out_mask is None:
+            self.register_buffer("weight_mask", None, persistent=False)
+            self.register_buffer("bias_mask", None, persistent=False)
+            for n in range(n_agents):  # orthogonal init of each agent's matrix, as nn.Linear below
+                nn.init.orthogonal_(self.weight.data[n].T, gain)
+        else:
+            rows = torch.ones(n_agents, in_dim, dtype=torch.bool) if in_mask is None else in_mask.bool().cpu()
+            cols = torch.ones(n_agents, out_dim, dtype=torch.bool) if out_mask is None else out_mask.bool().cpu()
+            self.weight.data.zero_()
+            for n in range(n_agents):  # orthogonal init of the true block only
+                block = torch.empty(int(rows[n].sum()), int(cols[n].sum()))
+                nn.init.orthogonal_(block.T, gain)
+                self.weight.data[n][rows[n].nonzero()[:, 0, None], cols[n].nonzero()[:, 0]] = block
+            self.register_buffer("weight_mask", (rows[:, :, None] & cols[:, None, :]).float(), persistent=False)
+            self.register_buffer("bias_mask", cols[:, None, :].float(), persistent=False)
         self.set_of_agent: Optional[torch.Tensor]
         if set_of_agent is None:
             self.set_of_agent = None
@@ -40,6 +63,8 @@ class AgentLinear(nn.Module):
         lead = x.shape[:-2]
         N, D = x.shape[-2:]
         weight, bias = self.weight, self.bias
+        if self.weight_mask is not None:  # sets of different true sizes: the padding frame stays 0
+            weight, bias = weight * self.weight_mask, bias * self.bias_mask
         if self.set_of_agent is not None:  # gradients of a shared set add up over its agents
             weight, bias = weight[self.set_of_agent], bias[self.set_of_agent]  # (N, in, out), (N, 1, out)
         flat = x.reshape(-1, N, D).transpose(0, 1)  # (N, B, in)
@@ -48,11 +73,12 @@ class AgentLinear(nn.Module):
 
 
 def make_linear(in_dim: int, out_dim: int, n_agents: Optional[int] = None, gain: float = math.sqrt(2),
-                set_of_agent: Optional[Sequence[int]] = None) -> nn.Module:
+                set_of_agent: Optional[Sequence[int]] = None, in_mask: Optional[torch.Tensor] = None,
+                out_mask: Optional[torch.Tensor] = None) -> nn.Module:
     """A shared nn.Linear when n_agents is None, else one AgentLinear with n_agents matrices
-    (agent n uses matrix n, or set_of_agent[n])."""
+    (agent n uses matrix n, or set_of_agent[n]; in_mask / out_mask: each set's true sizes)."""
     if n_agents is not None:
-        return AgentLinear(n_agents, in_dim, out_dim, gain, set_of_agent)
+        return AgentLinear(n_agents, in_dim, out_dim, gain, set_of_agent, in_mask, out_mask)
     layer = nn.Linear(in_dim, out_dim)
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
@@ -69,16 +95,17 @@ class MLP(nn.Module):
 
     def __init__(self, in_dim: int, hidden_sizes: Sequence[int], out_dim: Optional[int] = None,
                  n_agents: Optional[int] = None, activation: str = "tanh", out_gain: float = 1.0,
-                 set_of_agent: Optional[Sequence[int]] = None):
+                 set_of_agent: Optional[Sequence[int]] = None, in_mask: Optional[torch.Tensor] = None):
         super().__init__()
         act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
         layers = []
         last = in_dim
-        for h in hidden_sizes:
-            layers += [make_linear(last, h, n_agents, set_of_agent=set_of_agent), act()]
-            last = h
+        for h in hidden_sizes:  # in_mask (n_agents, in_dim): each set's true inputs (AgentLinear)
+            layers += [make_linear(last, h, n_agents, set_of_agent=set_of_agent, in_mask=in_mask), act()]
+            last, in_mask = h, None
         if out_dim is not None:
-            layers.append(make_linear(last, out_dim, n_agents, gain=out_gain, set_of_agent=set_of_agent))
+            layers.append(make_linear(last, out_dim, n_agents, gain=out_gain, set_of_agent=set_of_agent,
+                                      in_mask=in_mask))
             last = out_dim
         self.net = nn.Sequential(*layers)
         self.out_dim = last

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from nets.encoders import encoder_for
+from nets.encoders import FlatEncoder, MultiEncoder, encoder_for
 from nets.layers import MLP, make_linear
 from nets.recurrent import RecurrentCore, State
 
@@ -36,6 +36,15 @@ class AgentNet(nn.Module):
     all of them still run in one batched matmul. The one-hot is appended whenever a set
     serves more than one agent.
 
+    Agents of different true sizes (the adapters pad observations and actions to the largest,
+    zeros after each agent's own): in_sizes (N,) the true width of a flat input (for several
+    inputs, a tuple with one (N,) or None per input), extra_sizes (N,) that of the extra input, out_mask (N, out_dim) True on the outputs agent n really has. With
+    separate sets, each set's network is then the network of its agents' true sizes: its first
+    layer reads only their true inputs (and the one-hot entries of its own agents), its head
+    writes only their true outputs, the padding frame of the stacked weights stays 0
+    (`nets.layers.AgentLinear`). A network shared by all agents
+    keeps the padded width (its one-hot tells the agents apart).
+
     forward(x (L, B, N, *in_shape) or a tuple of such tensors, state, starts (L, B, N),
             extra (L, B, N, extra_dim) or None) -> (out (L, B, N, out_dim), state)
     """
@@ -43,7 +52,8 @@ class AgentNet(nn.Module):
     def __init__(self, in_dim: Union[int, Sequence[int], Sequence[Sequence[int]]], out_dim: int, n_agents: int,
                  share_params: Sharing = True, hidden_sizes: Sequence[int] = (64, 64), recurrent: str = "none",
                  out_gain: float = 1.0, activation: str = "tanh", param_groups: Optional[Sequence[int]] = None,
-                 extra_dim: int = 0):
+                 extra_dim: int = 0, in_sizes: Optional[Sequence[int]] = None,
+                 extra_sizes: Optional[Sequence[int]] = None, out_mask: Optional[torch.Tensor] = None):
         super().__init__()
         if not isinstance(share_params, bool):  # a list: every agent's parameter set (common.groups.param_layout)
             share_params, param_groups = False, list(share_params)
@@ -64,10 +74,17 @@ class AgentNet(nn.Module):
         index = None if shared or param_groups == list(range(n_agents)) else param_groups
         self.encoder = encoder_for(in_dim, sep, set_of_agent=index)
         body_in = self.encoder.out_dim + extra_dim + (n_agents if self.agent_id_input else 0)
-        self.body = MLP(body_in, hidden_sizes, None, sep, activation, set_of_agent=index)
+        body_mask = head_mask = None
+        if not shared:  # separate sets: each one sized to its agents' true inputs and outputs
+            width = self.encoder.out_dim
+            in_mask = input_mask(self.encoder, in_sizes, n_agents)
+            body_mask, head_mask = true_size_masks(param_groups, width, in_mask, extra_dim,
+                                                   size_mask(extra_sizes, extra_dim), self.agent_id_input, out_dim,
+                                                   out_mask)
+        self.body = MLP(body_in, hidden_sizes, None, sep, activation, set_of_agent=index, in_mask=body_mask)
         last = self.body.out_dim
         self.core = RecurrentCore(last, last, recurrent, sep, index) if recurrent != "none" else None
-        self.head = make_linear(last, out_dim, sep, gain=out_gain, set_of_agent=index)
+        self.head = make_linear(last, out_dim, sep, gain=out_gain, set_of_agent=index, out_mask=head_mask)
         self.register_buffer("agent_ids", torch.eye(n_agents), persistent=False)
         self.register_buffer("set_of_agent", torch.as_tensor(param_groups, dtype=torch.long), persistent=False)
 
@@ -92,6 +109,42 @@ class AgentNet(nn.Module):
         if self.core is not None:
             h, state = self.core(h, state, starts)
         return self.head(h), state  # (L, B, N, out_dim)
+
+
+def true_size_masks(set_of_agent: Sequence[int], in_dim: int, in_mask: Optional[torch.Tensor], extra_dim: int,
+                    extra_mask: Optional[torch.Tensor], agent_ids: bool, out_dim: int, out_mask: Optional[torch.Tensor]):
+    """Per-agent masks of true sizes -> per-set masks of an AgentNet's first layer input
+    [input | extra | agent-id one-hot] (G, in_dim + extra_dim [+ N]) and of its head (G, out_dim):
+    what any agent of the set has (a set's one-hot entries are its own agents'). A mask with
+    nothing padded is None, so a network of equal-size agents is built as it always was."""
+    sets = torch.as_tensor(list(set_of_agent))
+    members = nn.functional.one_hot(sets, int(sets.max()) + 1).T.bool()  # (G, N): set g serves agent n
+
+    def per_set(mask, width):
+        if mask is None:
+            return torch.ones(len(members), width, dtype=torch.bool)
+        return (members[:, :, None] & torch.as_tensor(mask, dtype=torch.bool).cpu()[None]).any(1)
+
+    body = torch.cat([per_set(in_mask, in_dim), per_set(extra_mask, extra_dim)] + ([members] if agent_ids else []), -1)
+    head = per_set(out_mask, out_dim)
+    return (None if body.all() else body), (None if head.all() else head)
+
+
+def input_mask(encoder: nn.Module, in_sizes, n_agents: int) -> Optional[torch.Tensor]:
+    """(N, encoder.out_dim) bool: the encoder outputs that carry agent n's true inputs. A flat input
+    (or a flat part of several, `in_sizes` then one entry per input) keeps its first in_sizes[n]
+    entries; an image's features and a part given None are kept whole. None when nothing is cut."""
+    if in_sizes is None:
+        return None
+    parts, sizes = (encoder.parts, in_sizes) if isinstance(encoder, MultiEncoder) else ([encoder], [in_sizes])
+    masks = [size_mask(n, part.out_dim) if n is not None and isinstance(part, FlatEncoder)
+             else torch.ones(n_agents, part.out_dim, dtype=torch.bool) for part, n in zip(parts, sizes)]
+    return torch.cat(masks, -1)
+
+
+def size_mask(sizes: Optional[Sequence[int]], width: int) -> Optional[torch.Tensor]:
+    """Every agent's true size -> (N, width) bool, True on its first sizes[n] entries (None -> None)."""
+    return None if sizes is None else torch.arange(width)[None, :] < torch.as_tensor(list(sizes))[:, None]
 
 
 class MaskedCategorical(Categorical):
@@ -156,17 +209,21 @@ class Actor(nn.Module):
     `net` replaces the default `AgentNet` with another body of the same interface (a
     `nets.gnn.GraphNet` with out_dim = action_size); the other network arguments are then unused.
     obs_dim: an int for flat observations, or the env's `obs_shape`; (H, W, C) images get a CNN.
+    obs_sizes: every agent's true observation size (the env's `obs_dims`); with separate
+    parameter sets each is sized to its agents' true observations and actions (`AgentNet`).
     """
 
     def __init__(self, obs_dim: Union[int, Sequence[int]], n_agents: int, discrete: bool, action_size: int,
                  action_dim_mask: torch.Tensor, share_params: Sharing = True, hidden_sizes=(64, 64),
                  recurrent: str = "none", activation: str = "tanh", init_log_std: float = -0.5,
-                 param_groups: Optional[Sequence[int]] = None, net: Optional[nn.Module] = None):
+                 param_groups: Optional[Sequence[int]] = None, net: Optional[nn.Module] = None,
+                 obs_sizes: Optional[Sequence[int]] = None):
         super().__init__()
         self.discrete = discrete
         self.net = net if net is not None else AgentNet(obs_dim, action_size, n_agents, share_params, hidden_sizes,
                                                         recurrent, out_gain=0.01, activation=activation,
-                                                        param_groups=param_groups)
+                                                        param_groups=param_groups, in_sizes=obs_sizes,
+                                                        out_mask=action_dim_mask)
         self.register_buffer("action_dim_mask", torch.as_tensor(action_dim_mask, dtype=torch.bool))
         if not discrete:
             self.log_std = nn.Parameter(torch.full((n_agents, action_size), init_log_std))
@@ -198,15 +255,18 @@ class Critic(nn.Module):
     tuple of shapes for several inputs, given as a tuple of tensors (a Q critic on the state and
     the joint action, `AgentNet`). `net`
     replaces the default `AgentNet` with another body of the same interface and out_dim 1 (a
-    `nets.gnn.GraphNet`).
+    `nets.gnn.GraphNet`). in_sizes: every agent's true input size, for a critic on each agent's own
+    observation (the env's `obs_dims`; see `AgentNet`).
     """
 
     def __init__(self, in_dim: Union[int, Sequence[int], Sequence[Sequence[int]]], n_agents: int,
                  share_params: Sharing = True, hidden_sizes=(64, 64), recurrent: str = "none", activation: str = "tanh",
-                 param_groups: Optional[Sequence[int]] = None, net: Optional[nn.Module] = None):
+                 param_groups: Optional[Sequence[int]] = None, net: Optional[nn.Module] = None,
+                 in_sizes: Optional[Sequence[int]] = None):
         super().__init__()
         self.net = net if net is not None else AgentNet(in_dim, 1, n_agents, share_params, hidden_sizes, recurrent,
-                                                        out_gain=1.0, activation=activation, param_groups=param_groups)
+                                                        out_gain=1.0, activation=activation, param_groups=param_groups,
+                                                        in_sizes=in_sizes)
 
     def initial_state(self, batch: int, device=None):
         return self.net.initial_state(batch, device)
@@ -244,6 +304,9 @@ def forward_agent(module: nn.Module, agent: int, obs, state=None, starts=None, a
     full = dict(module.named_parameters()) if params is None else params
     mine = {name: tensor[one] for name, tensor in full.items()}
     mine["action_dim_mask"] = module.action_dim_mask[one]
+    for name, mask in module.named_buffers():  # true-size frames of the weights (nets.layers.AgentLinear)
+        if name.endswith(("weight_mask", "bias_mask")):
+            mine[name] = mask[one]
 
     def cut(x):  # (L, B, N, ...) -> (L, B, 1, ...)
         return None if x is None else x[:, :, one]
@@ -276,16 +339,16 @@ class DeterministicActor(nn.Module):
                   minimum; the algorithm turns them into one-hot actions (Gumbel-softmax).
     forward(obs (L, B, N, obs_dim), state, starts, action_mask) -> (policy, None): the `Actor`
     interface that `common.run_utils.evaluate` calls; `policy.mode()` is mu(o) (continuous) or
-    the argmax of the logits (discrete).
+    the argmax of the logits (discrete). obs_sizes: every agent's true observation size (`Actor`).
     """
 
     def __init__(self, obs_dim: Union[int, Sequence[int]], n_agents: int, discrete: bool, action_size: int,
                  action_dim_mask: torch.Tensor, share_params: Sharing = True, hidden_sizes=(64, 64),
-                 activation: str = "relu"):
+                 activation: str = "relu", obs_sizes: Optional[Sequence[int]] = None):
         super().__init__()
         self.discrete = discrete
         self.net = AgentNet(obs_dim, action_size, n_agents, share_params, hidden_sizes, "none", out_gain=0.01,
-                            activation=activation)
+                            activation=activation, in_sizes=obs_sizes, out_mask=action_dim_mask)
         self.register_buffer("action_dim_mask", torch.as_tensor(action_dim_mask, dtype=torch.bool))
 
     def initial_state(self, batch: int, device=None):
@@ -333,13 +396,16 @@ class SquashedGaussianActor(nn.Module):
     forward(obs (L, B, N, obs_dim), state, starts, action_mask) -> (dist, None), the `Actor`
     interface; `dist.mode()` is tanh(mean), the greedy action used in evaluation.
     obs_dim: an int for flat observations, or the env's `obs_shape`; (H, W, C) images get a CNN.
+    obs_sizes: every agent's true observation size (`Actor`).
     """
 
     def __init__(self, obs_dim: Union[int, Sequence[int]], n_agents: int, action_dim: int,
-                 action_dim_mask: torch.Tensor, share_params: Sharing = True, hidden_sizes=(64, 64), activation: str = "relu"):
+                 action_dim_mask: torch.Tensor, share_params: Sharing = True, hidden_sizes=(64, 64), activation: str = "relu",
+                 obs_sizes: Optional[Sequence[int]] = None):
         super().__init__()
+        dims = torch.as_tensor(action_dim_mask, dtype=torch.bool)
         self.net = AgentNet(obs_dim, 2 * action_dim, n_agents, share_params, hidden_sizes, "none", out_gain=0.01,
-                            activation=activation)
+                            activation=activation, in_sizes=obs_sizes, out_mask=torch.cat([dims, dims], -1))
         self.register_buffer("action_dim_mask", torch.as_tensor(action_dim_mask, dtype=torch.bool))
 
     def initial_state(self, batch: int, device=None):
@@ -380,14 +446,19 @@ class QPolicy(nn.Module):
     forward(obs, state, starts, action_mask) -> (GreedyQ, state)   the `Actor` interface used to
         act and by `common.run_utils.evaluate`; the previous action rides in the state tuple
         and is written there by `remember(state, action)` once the action is chosen.
+    obs_sizes, action_sizes: every agent's true observation size and action count (the env's
+    `obs_dims`, `action_dims`); with separate parameter sets each is sized to them (`AgentNet`).
     """
 
     def __init__(self, obs_dim: Union[int, Sequence[int]], n_actions: int, n_agents: int, share_params: Sharing = True,
-                 hidden_dim: int = 64, recurrent: str = "gru", last_action_input: bool = False):
+                 hidden_dim: int = 64, recurrent: str = "gru", last_action_input: bool = False,
+                 obs_sizes: Optional[Sequence[int]] = None, action_sizes: Optional[Sequence[int]] = None):
         super().__init__()
         self.n_actions, self.n_agents, self.last_action_input = n_actions, n_agents, last_action_input
         self.net = AgentNet(obs_dim, n_actions, n_agents, share_params, (hidden_dim,), recurrent,
-                            out_gain=1.0, activation="relu", extra_dim=n_actions if last_action_input else 0)
+                            out_gain=1.0, activation="relu", extra_dim=n_actions if last_action_input else 0,
+                            in_sizes=obs_sizes, extra_sizes=action_sizes if last_action_input else None,
+                            out_mask=size_mask(action_sizes, n_actions))
 
     def q_values(self, obs, last_onehot, state, starts):
         return self.net(obs, state, starts, last_onehot if self.last_action_input else None)

@@ -138,8 +138,8 @@ def test_facmac_builds_the_mixer_asked_for(kind, monotone):
     """--mixer qmix (the default, as the authors' continuous-task config) keeps dQ_tot/dQ_i >= 0;
     nonmonotonic lets it take either sign; vdn is the plain sum."""
     facmac = MODULES["facmac"]
-    env = SimpleNamespace(n_agents=2, state_dim=4, obs_shape=(6,), discrete=False, action_dim=2, n_actions=0,
-                          action_dim_mask=torch.ones(2, 2, dtype=torch.bool))
+    env = SimpleNamespace(n_agents=2, state_dim=4, obs_shape=(6,), obs_dims=[6, 6], discrete=False, action_dim=2,
+                          n_actions=0, action_dims=[2, 2], action_dim_mask=torch.ones(2, 2, dtype=torch.bool))
     args = make_args(facmac.Args, mixer=kind, mixer_embed_dim=8, hypernet_hidden=16)
     assert facmac.Args().mixer == "qmix"
     torch.manual_seed(3)

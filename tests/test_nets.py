@@ -192,7 +192,8 @@ def test_masked_categorical_samples_follow_the_probabilities():
                                                          (False, "gru", (5, 5, 3))])
 def test_forward_agent_equals_its_slot_of_the_full_call_and_trains_only_its_rows(discrete, recurrent, obs_shape):
     """nets.forward_agent runs agent n of a separate-parameter actor alone: the same distribution as
-    slot n of the full call (masks, recurrent state and padded action dimensions cut with it), and a
+    slot n of the full call (masks, recurrent state, padded action dimensions and the true-size
+    frames of the weights cut with it), and a
     loss on it moves only agent n's parameters. Image observations (a CNN with grouped convolutions
     in front) take the full call and cut its distribution: the same numbers."""
     from nets import Actor, forward_agent
@@ -202,7 +203,7 @@ def test_forward_agent_equals_its_slot_of_the_full_call_and_trains_only_its_rows
     dim_mask = torch.ones(N, A, dtype=torch.bool)
     dim_mask[2, 3] = False  # agent 2 has one dimension fewer
     actor = Actor(obs_shape if len(obs_shape) == 3 else obs_shape[0], N, discrete, A, dim_mask, False, (16, 16),
-                  recurrent)
+                  recurrent, obs_sizes=[7, 5, 6])  # true sizes: flat inputs cut to them, images read whole
     obs, starts = torch.rand(L, B, N, *obs_shape), (torch.rand(L, B, N) < 0.2).float()
     mask = torch.rand(L, B, N, A) < 0.7
     mask[..., 0] = True
@@ -227,3 +228,28 @@ def test_forward_agent_equals_its_slot_of_the_full_call_and_trains_only_its_rows
     shared = Actor(7, N, True, A, torch.ones(N, A, dtype=torch.bool), True, (16,))
     with pytest.raises(ValueError, match="one parameter set per agent"):
         forward_agent(shared, 0, torch.randn(L, B, N, 7))
+
+
+def test_q_network_per_group_is_sized_to_its_true_observations_and_actions():
+    """QPolicy with a set per group over agents of different sizes (2 agents with 3 inputs and 2
+    actions, 1 with 6 and 4): the one-hot of the previous action, the observation and the Q head of
+    the small group are cut to its sizes, so padded inputs change nothing and its padded actions'
+    Q-values are exactly 0 (never chosen: their action mask is False)."""
+    from nets import QPolicy
+
+    torch.manual_seed(0)
+    q = QPolicy(6, 4, 3, [0, 0, 1], 16, "gru", last_action_input=True, obs_sizes=[3, 3, 6], action_sizes=[2, 2, 4])
+    obs, starts = torch.zeros(2, 5, 3, 6), torch.zeros(2, 5, 3)
+    obs[..., :2, :3] = torch.randn(2, 5, 2, 3)
+    obs[..., 2, :] = torch.randn(2, 5, 6)
+    last = torch.zeros(2, 5, 3, 4)
+    last[..., :2, :2] = torch.nn.functional.one_hot(torch.randint(0, 2, (2, 5, 2)), 2).float()
+    state = q.net.initial_state(5)
+    values, _ = q.q_values(obs, last, state, starts)
+    assert not values[..., :2, 2:].any() and values[..., 2, :].abs().sum() > 0
+    noisy, noisy_last = obs.clone(), last.clone()
+    noisy[..., :2, 3:] = 50.0
+    noisy_last[..., :2, 2:] = 1.0
+    torch.testing.assert_close(q.q_values(noisy, noisy_last, state, starts)[0], values)
+    first = q.net.body.net[0]  # rows: 6 obs | 4 last action | 3 one-hot
+    assert not first.weight[0, [3, 4, 5, 8, 9, 12]].any() and first.weight[1, [0, 5, 9, 12]].abs().sum(-1).all()

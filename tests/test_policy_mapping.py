@@ -238,30 +238,68 @@ def test_cooperative_default_runs_train_as_before(algo, tmp_path):
 @pytest.mark.parametrize("share", ["group", "none"])
 def test_padding_never_reaches_a_groups_own_network(share, tmp_path):
     """simple_world_comm: the leader sees 34 numbers and has 20 actions, the good agents 28 and 5;
-    the adapter pads to 34 and 20. With a network per group (or agent) the padded inputs are zero and
-    the padded actions masked, so the weights that read padded inputs or write padded logits get no
-    gradient and take no part: each group's network computes what one of its true size computes."""
+    the adapter pads to 34 and 20. With a network per group (or agent), each set's network is the
+    network of its true sizes inside the stacked weights: its padding frame (padded inputs, other
+    groups' one-hot entries, padded actions) is 0 at the start, stays 0 through Adam steps, takes no
+    gradient, and whatever is fed there changes nothing; its true block starts orthogonal at the true
+    shape, and plain true-size matmuls over the true entries give the network's logits."""
     from algos import mappo
     args = make_args(mappo.Args, env="simple_world_comm", env_kwargs=("max_cycles=5",), share_params=share,
                      agent_groups=("leadadversary=lead",), hidden_sizes=(16,), cuda=False, run_dir=str(tmp_path))
     env = make_env(args.env, 2, 0, {"max_cycles": 5})
-    true_obs = torch.as_tensor(env.obs_dims)  # (N,) 34 34 34 34 28 28
-    true_actions = torch.as_tensor(env.action_dim_mask).sum(-1)  # (N,) 20 5 5 5 5 5
+    true_obs = env.obs_dims  # 34 34 34 34 28 28
+    true_actions = torch.as_tensor(env.action_dim_mask).sum(-1).tolist()  # 20 5 5 5 5 5
+    N, D = env.n_agents, env.obs_dim
     actor, _ = mappo.build_networks(args, env, "cpu")
-    obs, _, mask = env.reset()
+    net = actor.net
+    first, head = net.body.net[0], net.head  # stacked (sets, in, out) weights
+    sets = net.set_of_agent.tolist()
+    members = {s: [n for n in range(N) if sets[n] == s] for s in set(sets)}
+
+    def frames():  # every set's true rows of the first layer (obs entries, own one-hot), the others, true actions
+        for s, agents in members.items():
+            rows = list(range(true_obs[agents[0]])) + ([D + n for n in agents] if net.agent_id_input else [])
+            outside = torch.ones(first.weight.shape[1], dtype=torch.bool)
+            outside[rows] = False
+            yield s, agents, rows, outside, true_actions[agents[0]]
+
+    for s, agents, rows, outside, acts in frames():
+        assert not first.weight[s, outside].any() and not head.weight[s, :, acts:].any()
+        assert not head.bias[s, :, acts:].any()
+        block = first.weight[s, rows].detach()  # (true inputs, 16): orthonormal columns times the gain
+        assert torch.allclose(block.T @ block, 2 * torch.eye(16), atol=1e-5)
+
+    obs, _, _ = env.reset()
     rng, steps = np.random.default_rng(0), []
-    for _ in range(5):  # a few random steps: the padded observation entries stay zero
-        obs = torch.as_tensor(obs)
-        steps.append(obs)
-        assert all(not obs[:, n, d:].any() for n, d in enumerate(true_obs.tolist()))
+    for _ in range(5):  # a few random steps
+        steps.append(torch.as_tensor(obs))
         obs = env.step(env.sample_actions(rng)).obs
-    dist, _ = actor(torch.stack(steps))  # (L, B, N, 34) -> over (L, B, N) with 20 logits each
-    (dist.entropy().sum() + dist.log_prob(dist.sample()).sum()).backward()
-    first, head = actor.net.body.net[0], actor.net.head  # stacked (sets, in, out) weights
-    for n, s in enumerate(actor.net.set_of_agent.tolist()):  # a set's agents share their true sizes here
-        assert first.weight.grad[s, :true_obs[n]].abs().sum() > 0
-        assert not first.weight.grad[s, true_obs[n]:true_obs.max()].any()  # padded inputs: no gradient
-        assert not head.weight.grad[s, :, true_actions[n]:].any()  # padded actions: no gradient
+    obs = torch.stack(steps)  # (L, B, N, 34), zeros after each agent's true size
+    logits = actor(obs)[0].logits
+    noisy = obs.clone()
+    for n in range(N):
+        noisy[..., n, true_obs[n]:] = 100.0  # garbage in the padding changes nothing
+    assert torch.equal(actor(noisy)[0].logits, logits)
+    for s, agents, rows, _, acts in frames():  # the true-size network, written out by hand
+        for n in agents:
+            x = obs[..., n, :true_obs[n]]
+            if net.agent_id_input:
+                x = torch.cat([x, torch.eye(N)[n, agents].expand(*x.shape[:-1], -1)], -1)
+            h = torch.tanh(x @ first.weight[s, rows] + first.bias[s, 0])
+            own = h @ head.weight[s, :, :acts] + head.bias[s, 0, :acts]
+            assert torch.allclose(torch.log_softmax(own, -1), logits[..., n, :acts], atol=1e-5)
+
+    optimizer = torch.optim.Adam(actor.parameters(), lr=0.01)
+    for _ in range(3):  # a few updates: the frame gets no gradient and stays 0
+        optimizer.zero_grad()
+        dist, _ = actor(obs)
+        (dist.entropy().sum() + dist.log_prob(dist.sample()).sum()).backward()
+        for s, agents, rows, outside, acts in frames():
+            assert first.weight.grad[s, rows].abs().sum() > 0
+            assert not first.weight.grad[s, outside].any() and not head.weight.grad[s, :, acts:].any()
+        optimizer.step()
+    for s, agents, rows, outside, acts in frames():
+        assert not first.weight[s, outside].any() and not head.weight[s, :, acts:].any()
     env.close()
 
 
