@@ -30,6 +30,7 @@ from torch import nn
 
 from common.cli import ConfigError, saved_args
 from common.run_utils import greedy_eval, load_checkpoint
+from common.turns import check_turns
 
 
 # Scenarios whose name prefixes are roles within one team, not sides: their prefixes' default groups
@@ -40,6 +41,10 @@ TEAMS = {
     "simple_crypto": {"alice": "team", "bob": "team"},  # alice and bob against eve
     "knights_archers_zombies": {"archer": "team", "knight": "team"},  # together against the zombies
 }
+
+
+# Families whose agents are seats of a game (player_0 against player_1): each agent is a side of its own.
+SEATED = ("classic:",)
 
 
 def env_teams(env: str) -> Dict[str, str]:
@@ -71,14 +76,15 @@ def parse_pairs(pairs: Sequence[str], flag: str, example: str) -> Dict[str, str]
 def assign_groups(agents: Sequence[str], mapping: Sequence[str] = (), env: str = "") -> Tuple[List[str], List[int]]:
     """(group names in order of first appearance, the group index of every agent).
 
-    An agent's group is its name prefix, or the team `env` gives that prefix (TEAMS). `mapping`
+    An agent's group is its name prefix, or the team `env` gives that prefix (TEAMS), or in a
+    turn-based game (SEATED) the agent itself: each seat is a side. `mapping`
     holds `--agent-groups` pairs NAME=GROUP; NAME is an agent name or a prefix, and an agent named
     exactly wins over its prefix. A NAME that matches nothing fails with the agent names and the
     prefix groups.
     """
     chosen = parse_pairs(mapping, "--agent-groups", "leadadversary_0=adversary agent=prey")
     chosen = {**{p: g for p, g in env_teams(env).items() if p not in chosen}, **chosen}
-    prefixes = [prefix_group(a) for a in agents]
+    prefixes = [a if env.startswith(SEATED) else prefix_group(a) for a in agents]
     unknown = [k for k in chosen if k not in agents and k not in prefixes and k not in env_teams(env)]
     if unknown:
         raise ConfigError(f"--agent-groups names {unknown}, which match no agent; agents: {', '.join(agents)}; "
@@ -281,6 +287,7 @@ def policy_map(args, envs, algo: str, device: Optional[torch.device] = None, cop
     out per agent, ppo_iql), instead of having its group's weights copied. by_prefix: groups are the
     name prefixes even where `TEAMS` joins roles into one team (ppo_iql learns roles apart)."""
     agents = agent_names(envs)
+    check_turns(envs, algo, args.env)  # a turn-based game needs a file that learns from each agent's moves
     check_share_params(args.share_params)
     names, group_of_agent = assign_groups(agents, args.agent_groups, "" if by_prefix else args.env)
     load = parse_pairs(args.load_group, "--load-group", "adversary=runs/<run_name>")

@@ -52,6 +52,8 @@ class VecStep:
     final_action_mask: Optional[np.ndarray] = None  # (E, N, n_actions) mask of final_obs (discrete only)
     # (E,) the family's normalised return of the finished episode (0 elsewhere), where it defines one (LBF)
     episode_normalised_return: Optional[np.ndarray] = None
+    # (E, N) turn-based games (envs/aec_vec.py): whose move it is in the next step; None elsewhere
+    acting: Optional[np.ndarray] = None
 
 
 def _obs_shape(space: spaces.Space, agent: str, stride: int) -> tuple:

@@ -1,8 +1,10 @@
-"""PettingZoo families beyond mpe2: SISL, butterfly and MAgent2, by `family:scenario` names.
+"""PettingZoo families beyond mpe2: SISL, butterfly, MAgent2 and the turn-based classic games, by
+`family:scenario` names.
 
     make_env("sisl:pursuit", 8, seed=1, env_kwargs={"n_pursuers": 4})
     make_env("butterfly:pistonball", 4, env_kwargs={"n_pistons": 4, "image_stride": 4})
     make_env("magent2:battle", 2, env_kwargs={"map_size": 15})
+    make_env("classic:go", 8, env_kwargs={"board_size": 5})     # turn-based: envs/aec_vec.py
 
 Every scenario goes behind the same `PettingZooVecEnv` as mpe2: image observations keep their
 (H, W, C) layout (uint8 for the butterfly screens), agents that die (MAgent2, knights_archers_zombies,
@@ -17,6 +19,7 @@ import numpy as np
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from envs.errors import EnvError, EnvPackageMissing, did_you_mean
+from envs.aec_vec import AECVecEnv
 from envs.pettingzoo_vec import PettingZooVecEnv
 
 # family prefix -> (Python package, pip line, {scenario: versioned module}).
@@ -26,6 +29,11 @@ PZ_FAMILIES = {
     "butterfly": ("pettingzoo.butterfly", 'pip install "pettingzoo[butterfly]==1.27.0"  (pymunk)', {
         "pistonball": "pistonball_v6", "cooperative_pong": "cooperative_pong_v6",
         "knights_archers_zombies": "knights_archers_zombies_v11"}),
+    # Turn-based games (PettingZoo's AEC API), behind envs/aec_vec.py. tictactoe, connect_four and go come
+    # with pettingzoo itself; chess, the poker games and Hanabi need the classic extra.
+    "classic": ("pettingzoo.classic", 'pip install "pettingzoo[classic]==1.27.0"  (chess, rlcard, open_spiel)', {
+        "tictactoe": "tictactoe_v3", "connect_four": "connect_four_v3", "go": "go_v5", "chess": "chess_v6",
+        "leduc_holdem": "leduc_holdem_v4", "texas_holdem": "texas_holdem_v4", "hanabi": "hanabi_v5"}),
     "magent2": ("magent2.environments", "pip install magent2==0.3.4", {
         "battle": "battle_v4", "adversarial_pursuit": "adversarial_pursuit_v4", "battlefield": "battlefield_v5",
         "combined_arms": "combined_arms_v6", "gather": "gather_v5", "tiger_deer": "tiger_deer_v4"}),
@@ -38,8 +46,11 @@ _NOT_ARGUMENTS = {"self", "render_mode", "seed", "randomizer"}
 # once one has fallen (AttributeError at the end of an episode); their state is then the
 # concatenation of the agents' observations.
 _STATE_FROM_OBS = {"multiwalker"}
-# Adapter arguments accepted beside the scenario's own (see envs.PettingZooVecEnv).
+# Adapter arguments accepted beside the scenario's own (see envs.PettingZooVecEnv, envs.AECVecEnv).
 ADAPTER_ARGUMENTS = {"image_stride": 1}
+TURN_BASED_ARGUMENTS = {"board": "auto"}  # auto: Go and chess as (H, W, C) planes, the other games flat
+_IMAGE_BOARDS = {"go", "chess"}
+TURN_BASED = {"classic"}  # families of AEC games
 
 
 def family_names() -> list:
@@ -71,8 +82,12 @@ def _module(family: str, scenario: str):
 
 
 def family_parallel_env(family: str, scenario: str):
-    """The scenario's PettingZoo `parallel_env` constructor (MAgent2's with a safe `state()`)."""
-    maker = _module(family, scenario).parallel_env
+    """The scenario's PettingZoo `parallel_env` constructor (MAgent2's with a safe `state()`; a
+    turn-based game's AEC `env`)."""
+    module = _module(family, scenario)
+    if family in TURN_BASED:
+        return module.env
+    maker = module.parallel_env
     if family != "magent2":
         return maker
     return lambda **kwargs: MAgent2StateFix(maker(**kwargs))
@@ -81,6 +96,12 @@ def family_parallel_env(family: str, scenario: str):
 def family_arguments(family: str, scenario: str) -> Dict[str, Any]:
     """A scenario's own arguments with their defaults, then the adapter's (image_stride)."""
     module = _module(family, scenario)
+    if family in TURN_BASED:
+        params = inspect.signature(module.raw_env.__init__).parameters
+        own = {k: p.default for k, p in params.items()
+               if k not in _NOT_ARGUMENTS | {"screen_height", "screen_scaling"}
+               and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+        return {**own, **TURN_BASED_ARGUMENTS}
     target = module.parallel_env
     if scenario in _BASE_CLASS:  # parallel_env(**kwargs) -> raw_env(**kwargs) -> this class
         target = getattr(importlib.import_module(module.raw_env.__module__), _BASE_CLASS[scenario]).__init__
@@ -103,8 +124,14 @@ def make_family_env(name: str, family: tuple, num_envs: int, seed: int, env_kwar
     adapter, its shape in `state_shape`), except where that is broken (`_STATE_FROM_OBS`).
     envs.make_env checks env_kwargs against family_arguments first."""
     env_kwargs = dict(env_kwargs)
-    adapter = {k: env_kwargs.pop(k) for k in ADAPTER_ARGUMENTS if k in env_kwargs}
     maker = family_parallel_env(*family)
+    if family[0] in TURN_BASED:
+        board = env_kwargs.pop("board", "auto")
+        board = ("image" if family[1] in _IMAGE_BOARDS else "flat") if board == "auto" else board
+        if render_mode is not None:
+            env_kwargs["render_mode"] = render_mode
+        return AECVecEnv(lambda: maker(**env_kwargs), num_envs, seed, board=board)
+    adapter = {k: env_kwargs.pop(k) for k in ADAPTER_ARGUMENTS if k in env_kwargs}
     if render_mode is not None:
         env_kwargs["render_mode"] = render_mode
     return PettingZooVecEnv(lambda: maker(**env_kwargs), num_envs, seed,

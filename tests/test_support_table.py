@@ -55,6 +55,7 @@ INSTANCES = {
                    ("butterfly:cooperative_pong", ("max_cycles=4", "image_stride=8"), D),
                    ("butterfly:knights_archers_zombies", ("max_cycles=4",), D)],
     "magent2:": [("magent2:battle", ("map_size=12", "max_cycles=4"), D)],
+    "classic:": [("classic:tictactoe", (), D)],
 }
 PACKAGES = {"lbf:": ["lbforaging"], "rware:": ["rware"], "mamujoco:": ["gymnasium_robotics", "mujoco"],
             "vmas:": ["vmas"], "sisl:": ["Box2D", "pymunk"], "butterfly:": ["pymunk"], "magent2:": ["magent2"]}
@@ -79,9 +80,13 @@ CARRIERS = {
     ("PettingZooVecEnv", C, "image obs"): INSTANCES["butterfly:"][0],
     ("PettingZooVecEnv", D, "agents die"): ("leaving", (), D),
     ("PettingZooVecEnv", C, "agents die"): ("leaving", (), C),
+    ("AECVecEnv", D, None): INSTANCES["classic:"][0],
+    ("AECVecEnv", D, "env action masks"): INSTANCES["classic:"][0],
 }
 
-ADAPTERS = {"PettingZooVecEnv", "TorchMPE", "MatrixGame", "VMASVecEnv"}  # the adapter classes (envs/)
+ADAPTERS = {"PettingZooVecEnv", "TorchMPE", "MatrixGame", "VMASVecEnv", "AECVecEnv"}  # the adapter classes (envs/)
+# The files that show the groups and loading columns on a family: one trains a group, the other loads it.
+GROUP_ALGOS = {"classic:": ("ippo", "mappo")}  # turn-based: the files that learn from each agent's own moves
 
 # Tiny settings, each given to the algorithms whose Args have the field.
 TINY = dict(num_envs=2, num_steps=4, total_timesteps=8, eval_every=0, eval_episodes=1, eval_num_envs=1,
@@ -118,7 +123,7 @@ def read_table():
 
 VERDICT = re.compile(r"^(works)(?: with (discrete|continuous) actions only)?(?: \(.*\))?$|^does not apply: .+$")
 EXCEPTION = re.compile(r"^([a-z0-9_]+(?:, [a-z0-9_]+)*): (?:(discrete|continuous) actions only(?: \(.*\))?"
-                       r"|(does not apply): .+)$")
+                       r"|(does not apply): .+|(works)(?: \(.*\))?)$")
 BOTH = frozenset({D, C})
 
 
@@ -133,10 +138,10 @@ def parse_cell(cell: str, algos):
     for part in exceptions:
         e = EXCEPTION.match(part)
         assert e, f"exception {part!r} in cell {cell!r} must read '<algos>: <discrete|continuous> actions only " \
-                  "(...)' or '<algos>: does not apply: <reason>'"
+                  "(...)', '<algos>: does not apply: <reason>' or '<algos>: works (...)'"
         for algo in e.group(1).split(", "):
             assert algo in kinds, f"{algo} is named in cell {cell!r} but is not in its column"
-            kinds[algo] = frozenset() if e.group(3) else frozenset({e.group(2)})
+            kinds[algo] = BOTH if e.group(4) else frozenset() if e.group(3) else frozenset({e.group(2)})
     return kinds
 
 
@@ -162,6 +167,7 @@ def test_cell_grammar():
     assert kinds == {"a": BOTH, "coma": {"discrete"}, "x": frozenset()}
     assert parse_cell("works with continuous actions only (multiwalker)", ["a"]) == {"a": {"continuous"}}
     assert parse_cell("does not apply: continuous actions only", ["a"]) == {"a": frozenset()}
+    assert parse_cell("does not apply: turn-based; b: works (its moves)", ["a", "b"]) == {"a": frozenset(), "b": BOTH}
     for bad in ("runs", "works; y: fine", "works; a: sometimes"):
         with pytest.raises(AssertionError):
             parse_cell(bad, ["a"])
@@ -277,7 +283,7 @@ def test_cell_holds(family, algo, tmp_path, tmp_path_factory):
 def test_groups_and_loading_hold(family, tmp_path):
     """The last two columns: on the family's first env a run trains one group and keeps the other
     fixed (IA2C, --share-params group --train-groups), and a MAPPO run loads that trained group from
-    it (another algorithm's run: the group acts as that run)."""
+    it (another algorithm's run: the group acts as that run); on turn-based games IPPO, then MAPPO."""
     skip_if_missing(family)
     assert all(cell.startswith("works") for cell in ROWS[family][-2:]), ROWS[family][-2:]
     assert not any(COLUMNS[-2:]), "the last two columns are the groups and loading columns, for every algorithm"
@@ -288,11 +294,12 @@ def test_groups_and_loading_hold(family, tmp_path):
     split = () if len({re.sub(r"_\d+$", "", a) for a in agents}) > 1 else (f"{agents[0]}=lead",)
     first = "lead" if split else re.sub(r"_\d+$", "", agents[0])
     runs = {}
-    for algo, extra in (("ia2c", {"train_groups": (first,)}), ("mappo", {"load_group": None})):
+    trainer, loader = GROUP_ALGOS.get(family, ("ia2c", "mappo"))
+    for algo, extra in ((trainer, {"train_groups": (first,)}), (loader, {"load_group": None})):
         module = importlib.import_module(f"algos.{algo}")
         fields = {f.name for f in dataclasses.fields(module.Args)}
-        if algo == "mappo":
-            extra = {"load_group": (f"{first}={runs['ia2c']['run_dir']}",)}
+        if algo == loader:
+            extra = {"load_group": (f"{first}={runs[trainer]['run_dir']}",)}
         args = make_args(module.Args, env=name, env_kwargs=env_kwargs, run_dir=str(tmp_path / algo),
                          share_params="group", agent_groups=split, **extra,
                          **{k: v for k, v in TINY.items() if k in fields})

@@ -1,0 +1,79 @@
+"""Turn-based games (envs/aec_vec.py) in the on-policy files: only the mover's steps count.
+
+In a turn-based game one agent moves per step, and the reward of a move can arrive on a later
+step, when another agent moves (tic-tac-toe's loser gets its -1 on the winner's move). An
+agent's experience is then the sequence of its own moves: the rewards it receives from one of
+its moves up to its next are that move's reward, and the move's successor is its next move (or
+the end of the game). `turn_gae` computes GAE over exactly that, and says which steps are moves
+whose outcome the rollout holds; the files use that as their loss mask in place of `alive`:
+
+    if turns:  # whose move it is was stored in the rollout as "acting"
+        advantages, returns, b["alive"] = turn_gae(b, values, next_values, acting, args.gamma, args.gae_lambda)
+
+Files that do not (yet) do this refuse turn-based envs (`check_turns`, called from
+`common.groups.policy_map` before a run folder is written).
+"""
+from typing import Dict, Tuple
+
+import torch
+
+from common.cli import ConfigError
+
+# The files that store whose move it is and learn from each agent's own moves.
+TURN_BASED_ALGOS = ("ippo", "mappo")
+
+
+def is_turn_based(env) -> bool:
+    return bool(getattr(env, "turn_based", False))
+
+
+def check_turns(env, algo: str, env_name: str) -> None:
+    """A turn-based env given to a file that cannot learn from moves fails, naming those that can."""
+    if is_turn_based(env) and algo not in TURN_BASED_ALGOS:
+        raise ConfigError(f"{env_name} is turn-based (one agent moves per step; its rewards arrive on other "
+                          f"agents' moves) and {algo} does not learn from each agent's own moves yet; files that "
+                          f"do: {', '.join(f'algos/{a}.py' for a in TURN_BASED_ALGOS)}")
+
+
+def turn_gae(b: Dict[str, torch.Tensor], values: torch.Tensor, next_values: torch.Tensor, acting_next: torch.Tensor,
+             gamma: float, lam: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GAE over each agent's own moves. All tensors (T, E, N); from the rollout `b`: "rewards",
+    "dones" (terminated), "truncated", "acting" (the agent moved in step t), "alive".
+
+    values[t]: V of step t's input. next_values[t]: V of the true next input where an episode
+    ended at step t (what a truncation bootstraps from), and at t = T - 1 the value after the
+    rollout; other entries are not read. acting_next (E, N): who moves right after the rollout.
+
+    Backwards through the rollout, per agent: the rewards of every step are added up until the
+    agent's previous move, which gets them (an episode's end starts a new sum: rewards never
+    cross it); a move bootstraps from the agent's next move, or from the end of its episode (0 if
+    terminated, V of the final input if truncated), or, for its last move in the rollout, from
+    V after the rollout when the agent moves right then. A last move whose successor lies beyond
+    the rollout has no defined advantage: it is left out (the returned mask is 0 there), and the
+    agent's earlier moves bootstrap from its value without a lambda tail.
+    Returns (advantages, returns, moves): moves is 1 on the moves to learn from (times alive).
+    """
+    rewards, terminated, truncated, acting = b["rewards"], b["dones"], b["truncated"], b["acting"].bool()
+    advantages, moves = torch.zeros_like(rewards), torch.zeros_like(rewards)
+    tail = torch.zeros_like(rewards[0])  # the lambda-return tail from the agent's next move
+    credit = torch.zeros_like(rewards[0])  # rewards received since the step considered, until the next move
+    successor = torch.where(acting_next.bool(), next_values[-1], torch.zeros_like(tail))  # V of the next move
+    known = acting_next.float()  # 1 where the successor of the move being looked for is known
+    terminal = torch.zeros_like(tail)
+    for t in reversed(range(rewards.shape[0])):
+        end = torch.maximum(terminated[t], truncated[t]).bool()
+        credit = torch.where(end, rewards[t], credit + rewards[t])
+        successor = torch.where(end, next_values[t], successor)
+        terminal = torch.where(end, terminated[t], terminal)
+        tail = torch.where(end, torch.zeros_like(tail), tail)
+        known = torch.where(end, torch.ones_like(known), known)
+        advantage = (credit + gamma * successor * (1.0 - terminal) - values[t] + gamma * lam * tail) * known
+        advantages[t] = torch.where(acting[t], advantage, advantages[t])
+        moves[t] = torch.where(acting[t], known, moves[t])
+        # after a move, the agent's earlier moves look forward to this one
+        tail = torch.where(acting[t], advantage, tail)
+        successor = torch.where(acting[t], values[t], successor)
+        for x in (credit, terminal):
+            x.masked_fill_(acting[t], 0.0)
+        known = torch.where(acting[t], torch.ones_like(known), known)
+    return advantages, advantages + values, moves * b["alive"]

@@ -1,0 +1,158 @@
+"""Turn-based games: the AEC adapter (envs/aec_vec.py) against a hand-played game of tic-tac-toe,
+GAE over each agent's own moves (common/turns.py) against hand-computed values and against plain
+GAE where every step is a move, and the files that refuse turn-based games."""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+from algos.mappo import compute_gae
+from common.turns import turn_gae
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def board(obs_row):
+    """A flat tic-tac-toe view (18) -> (3, 3, 2): channel 0 the viewer's pieces, 1 the opponent's."""
+    return np.asarray(obs_row).reshape(3, 3, 2)
+
+
+def test_a_hand_played_game_of_tictactoe():
+    """player_1 plays cells 0, 1, 2 (a line), player_2 plays 3 and 4; the other seat's entries of
+    every action are nonsense (an occupied cell) and must be ignored."""
+    env = envs.make_env("classic:tictactoe", 1, seed=0)
+    assert env.turn_based and env.agents == ["player_1", "player_2"] and env.obs_dim == 18 and env.n_actions == 9
+    obs, state, mask = env.reset()
+    assert env.acting.tolist() == [[True, False]] and mask[0, 0].all() and not obs.any()
+    assert state.shape == (1, 36)
+    moves = [(0, 0), (1, 3), (0, 1), (1, 4), (0, 2)]  # (seat, cell)
+    for k, (seat, cell) in enumerate(moves):
+        actions = np.full((1, 2), moves[0][1])  # the other seat asks for cell 0: ignored
+        actions[0, seat] = cell
+        assert env.acting[0, seat]
+        step = env.step(actions)
+        last = k == len(moves) - 1
+        if not last:
+            assert step.reward.tolist() == [[0.0, 0.0]] and not step.done[0]
+            mover_next = 1 - seat
+            assert step.acting.tolist()[0] == [mover_next == 0, mover_next == 1]
+            played = {c for _, c in moves[: k + 1]}
+            assert step.action_mask[0, mover_next].tolist() == [c not in played for c in range(9)]
+            own = board(step.obs[0, mover_next])[..., 0]
+            assert own.sum() == sum(1 for s, _ in moves[: k + 1] if s == mover_next)
+    # the winning move: +1 to player_1, the -1 of player_2 arrives on this same step (not its move)
+    assert step.reward.tolist() == [[1.0, -1.0]] and step.done[0] and step.terminated.all()
+    assert step.episode_return.tolist() == [[1.0, -1.0]] and step.episode_length.tolist() == [5]
+    final = board(step.final_obs[0, 0])  # player_1's view of the final board: its line of three
+    assert final[..., 0].sum() == 3 and final[..., 1].sum() == 2
+    assert not step.obs.any() and step.acting.tolist() == [[True, False]]  # reset: a new game, player_1 first
+    env.close()
+
+
+def test_boards_flat_and_as_planes():
+    c4 = envs.make_env("classic:connect_four", 2, seed=0)
+    assert c4.obs_shape == (84,) and c4.n_actions == 7 and c4.reset()[2].shape == (2, 2, 7)
+    go = envs.make_env("classic:go", 1, seed=0, env_kwargs={"board_size": 5})
+    assert go.obs_shape == (5, 5, 17) and go.image_obs and go.n_actions == 26  # 25 points and a pass
+    flat = envs.make_env("classic:go", 1, seed=0, env_kwargs={"board_size": 5, "board": "flat"})
+    assert flat.obs_shape == (425,)
+    with pytest.raises(envs.EnvError, match="board must be"):
+        envs.make_env("classic:tictactoe", 1, env_kwargs={"board": "cube"})
+    if importlib.util.find_spec("rlcard"):  # the classic extra: poker observations are vectors
+        with pytest.raises(envs.EnvError, match="needs 3-D observations"):
+            envs.make_env("classic:leduc_holdem", 1, env_kwargs={"board": "image"})
+
+
+def test_random_games_run_through_many_resets():
+    env = envs.make_env("classic:connect_four", 4, seed=3)
+    env.reset()
+    rng, games = np.random.default_rng(0), 0
+    for _ in range(200):
+        movers = env.acting.copy()
+        step = env.step(env.sample_actions(rng))
+        assert movers.sum(1).tolist() == [1] * 4  # one mover per copy
+        games += int(step.done.sum())
+        ended = step.done
+        assert (step.episode_return[ended].sum(1) == 0).all()  # zero-sum: a win, a loss, or a draw
+    assert games > 0
+
+
+# ---------------------------------------------------------------------------- GAE over each agent's moves
+def test_turn_gae_by_hand():
+    """Two agents alternate; agent 0 moves at t = 0, 2, 4, agent 1 at t = 1, 3. The game ends at t = 3
+    (agent 1's move wins: +1 to it, -1 to agent 0, which did not move); a new game starts at t = 4
+    and the rollout ends with agent 1 to move. gamma 0.9, lambda 0.5."""
+    g, lam = 0.9, 0.5
+    T, V = 5, torch.tensor([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6], [0.7, 0.8], [0.15, 0.25]])  # V[t, agent]
+    acting = torch.tensor([[1, 0], [0, 1], [1, 0], [0, 1], [1, 0]], dtype=torch.float)
+    rewards = torch.zeros(T, 2)
+    rewards[3] = torch.tensor([-1.0, 1.0])
+    rewards[1, 0] = 0.05  # a small reward to agent 0 on agent 1's move: credited to agent 0's move at t = 0
+    terminated = torch.zeros(T, 2)
+    terminated[3] = 1.0
+    next_values = torch.full((T, 2), 99.0)  # only read where an episode ends (terminated: ignored) and at T - 1
+    next_values[-1] = torch.tensor([0.33, 0.44])  # after the rollout: agent 1 is to move
+    b = {k: v[:, None] for k, v in dict(rewards=rewards, dones=terminated, truncated=torch.zeros(T, 2),
+                                         acting=acting, alive=torch.ones(T, 2)).items()}
+    adv, ret, moves = turn_gae(b, V[:, None], next_values[:, None], torch.tensor([[False, True]]), g, lam)
+    adv, moves = adv[:, 0], moves[:, 0]
+    # agent 0: move t=2 gets the -1 of t=3 and ends the game; move t=0 gets 0.05 and looks to t=2
+    a0_2 = -1.0 - V[2, 0]
+    a0_0 = 0.05 + g * V[2, 0] - V[0, 0] + g * lam * a0_2
+    # agent 1: move t=3 wins; move t=1 looks to t=3
+    a1_3 = 1.0 - V[3, 1]
+    a1_1 = 0.0 + g * V[3, 1] - V[1, 1] + g * lam * a1_3
+    # agent 0's move t=4 is in a new game whose next move lies beyond the rollout: left out
+    expected = torch.tensor([[a0_0, 0], [0, a1_1], [a0_2, 0], [0, a1_3], [0, 0]])
+    torch.testing.assert_close(adv, expected)
+    assert moves.tolist() == [[1, 0], [0, 1], [1, 0], [0, 1], [0, 0]]
+    torch.testing.assert_close(ret[:, 0], adv + V)
+
+
+def test_turn_gae_is_plain_gae_when_every_step_is_a_move():
+    torch.manual_seed(0)
+    T, E, N = 7, 3, 2
+    rewards, values, next_values = torch.randn(T, E, N), torch.randn(T, E, N), torch.randn(T, E, N)
+    terminated = (torch.rand(T, E, 1) < 0.2).float().expand(T, E, N)
+    truncated = ((torch.rand(T, E, 1) < 0.2).float() * (1 - terminated[..., :1])).expand(T, E, N)
+    ends = torch.maximum(terminated, truncated).bool()
+    # plain GAE's next_values: the next step's value, or the final one where the episode ended
+    chained = torch.where(ends, next_values, torch.cat([values[1:], next_values[-1:]]))
+    expected = compute_gae(rewards, values, chained, terminated, truncated, 0.95, 0.9)
+    b = dict(rewards=rewards, dones=terminated, truncated=truncated, acting=torch.ones(T, E, N),
+             alive=torch.ones(T, E, N))
+    adv, ret, moves = turn_gae(b, values, chained, torch.ones(E, N, dtype=torch.bool), 0.95, 0.9)
+    torch.testing.assert_close(adv, expected[0])
+    torch.testing.assert_close(ret, expected[1])
+    assert moves.all()
+
+
+# ---------------------------------------------------------------------------- the files
+@pytest.mark.parametrize("algo", ["ippo", "mappo"])
+def test_self_play_runs_learn_only_from_moves(algo, tmp_path):
+    """Both seats share one policy (the default): a few iterations, finite losses, one return per seat."""
+    import importlib
+    from common.cli import make_args
+    module = importlib.import_module(f"algos.{algo}")
+    args = make_args(module.Args, env="classic:tictactoe", num_envs=4, num_steps=16, total_timesteps=256,
+                     eval_every=0, eval_episodes=4, eval_num_envs=2, hidden_sizes=(16,), cuda=False,
+                     run_dir=str(tmp_path))
+    summary = module.main(args)
+    assert all(np.isfinite(v) for k, v in summary["final_losses"].items() if k != "explained_variance")
+    returns = summary["eval_group_returns"]
+    assert set(returns) == {"player_1", "player_2"}
+    assert returns["player_1"] == pytest.approx(-returns["player_2"])  # zero-sum
+
+
+def test_other_files_refuse_turn_based_games_clearly(tmp_path):
+    run_dir = tmp_path / "runs"
+    out = subprocess.run([sys.executable, "algos/qmix.py", "--env", "classic:tictactoe", "--run-dir", str(run_dir)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr + out.stdout
+    assert "turn-based" in out.stderr and "algos/ippo.py, algos/mappo.py" in out.stderr
+    assert not run_dir.exists()
