@@ -1,0 +1,158 @@
+"""Self-play on turn-based games, scored against scripted players (issue 28's bars).
+
+One policy plays both seats (the files' default `--share-params all`: the seat's one-hot tells it
+which side it is on), learned by MAPPO or IPPO from each seat's own moves (common/turns.py). After
+training, the greedy policy plays --games games in each seat against every scripted player of the
+game (benchmarks/game_opponents.py): tic-tac-toe's perfect minimax player (`perfect`, one fixed
+line of play, and `perfect_varied`, a random move among those that keep the game's result, so that
+the games differ) and a random one; connect four's win-or-block player, alpha-beta at depths 2 and
+4, and a random one. A game's result is the policy's seat's return: +1 win, 0 draw, -1 loss.
+
+    python benchmarks/learning_selfplay.py --game tictactoe --algo ippo --seeds 1 2 3 --total-timesteps 2000000 -- --gamma 0.99
+    python benchmarks/learning_selfplay.py --game tictactoe --algo ippo --report
+
+Bars: tic-tac-toe, at most 2% of 1,000 games lost to the perfect player in each seat; connect four,
+at least 90% won against win-or-block in each seat. Every finished seed writes its JSON under
+--out-dir at once, and a later call skips the seeds already there.
+"""
+import argparse
+import glob
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.game_opponents import GAMES  # noqa: E402
+from common.cli import saved_args  # noqa: E402
+from common.run_utils import greedy_eval, load_checkpoint  # noqa: E402
+from envs import make_env  # noqa: E402
+
+BARS = {"tictactoe": ("perfect_varied", "loss", 0.02), "connect_four": ("win_or_block", "win", 0.90)}
+
+
+def acting_network(run_path: str, env):
+    """The run's own acting network, built by its algorithm file from its saved args."""
+    ckpt = load_checkpoint(run_path)
+    module = importlib.import_module(f"algos.{ckpt['algo']}")
+    saved = module.Args(**saved_args(module.Args, ckpt["args"]))
+    net = module.acting_policy(saved, env, ckpt, torch.device("cpu"))
+    return net.requires_grad_(False), greedy_eval(saved)
+
+
+@torch.no_grad()
+def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, copies: int = 100) -> dict:
+    """`games` games of the run's policy in seat `seat` against `opponent` (obs, mask, rng) -> action,
+    in `copies` env copies at once: {"win", "draw", "loss"} rates of the policy's seat."""
+    env = make_env(f"classic:{game}", min(copies, games), seed)
+    net, greedy = acting_network(run_path, env)
+    board = env.envs[0].observation_space(env.agents[1 - seat])["observation"].shape
+    rng = np.random.default_rng(seed)
+    obs, _, mask = env.reset()
+    state, starts = net.initial_state(env.num_envs), torch.ones(env.num_envs, env.n_agents)
+    results = []
+    while len(results) < games:
+        dist, state = net(torch.as_tensor(obs)[None], state, starts[None], torch.as_tensor(mask)[None])
+        actions = (dist.mode() if greedy else dist.sample())[0].numpy().copy()  # (E, N)
+        for i in np.flatnonzero(env.acting[:, 1 - seat]):  # the scripted player's moves
+            view = obs[i, 1 - seat, : int(np.prod(board))].reshape(board).astype(np.int8)
+            actions[i, 1 - seat] = opponent(view, mask[i, 1 - seat].astype(np.int8), rng)
+        step = env.step(actions)
+        results += step.episode_return[step.done, seat].tolist()
+        obs, mask, starts = step.obs, step.action_mask, torch.as_tensor(step.done, dtype=torch.float)[:, None]
+        starts = starts.expand(-1, env.n_agents)
+    outcome = np.sign(np.array(results[:games]))
+    env.close()
+    return {"win": float((outcome > 0).mean()), "draw": float((outcome == 0).mean()),
+            "loss": float((outcome < 0).mean())}
+
+
+def train(opts, seed: int, extra) -> str:
+    """Train one seed with the algorithm file's own command line; the run folder."""
+    run_dir = os.path.join(opts.run_dir, opts.game, opts.algo, f"seed{seed}")
+    done = glob.glob(os.path.join(run_dir, "*", "summary.json"))
+    if not done or json.load(open(done[0])).get("status") != "finished":
+        command = [sys.executable, f"algos/{opts.algo}.py", "--env", f"classic:{opts.game}", "--seed", str(seed),
+                   "--total-timesteps", str(opts.total_timesteps), "--run-dir", run_dir,
+                   "--torch-threads", str(opts.torch_threads), *extra]
+        if done:
+            command.append("--resume")
+        print(" ".join(command), flush=True)
+        subprocess.run(command, check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        done = glob.glob(os.path.join(run_dir, "*", "summary.json"))
+    return os.path.dirname(done[0])
+
+
+def score(opts, seed: int, run_path: str) -> dict:
+    env_fn, opponents = GAMES[opts.game]
+    seats = env_fn().possible_agents
+    summary = json.load(open(os.path.join(run_path, "summary.json")))
+    out = {"game": opts.game, "algo": opts.algo, "seed": seed, "total_timesteps": opts.total_timesteps,
+           "run": run_path, "args": json.load(open(os.path.join(run_path, "args.json"))),
+           "train_seconds": summary["wall_time_s"], "sps": summary["sps"], "games": opts.games, "results": {}}
+    for name, opponent in opponents.items():
+        for seat, agent in enumerate(seats):
+            rates = play(run_path, opts.game, seat, opponent, opts.games, 1000 + seed)
+            out["results"][f"{name}/{agent}"] = rates
+            print(f"seed {seed}: as {agent} against {name}: " + "  ".join(f"{k} {v:.3f}" for k, v in rates.items()),
+                  flush=True)
+    return out
+
+
+def report(opts) -> list:
+    rows = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(opts.out_dir, f"{opts.game}_{opts.algo}_*.json")))]
+    if not rows:
+        print("no results yet")
+        return rows
+    opponent, key, bar = BARS[opts.game]
+    print(f"{opts.game}, {opts.algo}: {len(rows)} seed(s), {rows[0]['games']} games per seat and opponent")
+    print("| opponent | policy's seat | " + " | ".join(f"seed {r['seed']} (win / draw / loss)" for r in rows) + " | mean loss |")
+    print("|---|---|" + "---|" * len(rows) + "---|")
+    for matchup in rows[0]["results"]:
+        cells = [r["results"][matchup] for r in rows]
+        name, seat = matchup.split("/")
+        print(f"| {name} | {seat} | " + " | ".join(f"{c['win']:.3f} / {c['draw']:.3f} / {c['loss']:.3f}" for c in cells)
+              + f" | {np.mean([c['loss'] for c in cells]):.3f} |")
+    for seat in {m.split('/')[1] for m in rows[0]["results"]}:
+        values = [r["results"][f"{opponent}/{seat}"][key] for r in rows]
+        ok = all(v <= bar for v in values) if key == "loss" else all(v >= bar for v in values)
+        print(f"bar, {seat} against {opponent}: {key} {'<=' if key == 'loss' else '>='} {bar} in every seed: "
+              f"{', '.join(f'{v:.3f}' for v in values)} -> {'met' if ok else 'not met'}")
+    return rows
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--game", choices=sorted(GAMES), default="tictactoe")
+    parser.add_argument("--algo", choices=["ippo", "mappo"], default="ippo")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--total-timesteps", type=int, default=2_000_000)
+    parser.add_argument("--games", type=int, default=1000, help="games per seat and opponent")
+    parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--run-dir", default="runs/selfplay")
+    parser.add_argument("--out-dir", default="benchmarks/results/selfplay")
+    parser.add_argument("--report", action="store_true", help="print the table of what --out-dir holds")
+    opts = parser.parse_args(argv)
+    if not opts.report:
+        os.makedirs(opts.out_dir, exist_ok=True)
+        for seed in opts.seeds:
+            path = os.path.join(opts.out_dir, f"{opts.game}_{opts.algo}_{opts.total_timesteps // 1000}k_seed{seed}.json")
+            if os.path.exists(path):
+                continue
+            result = score(opts, seed, train(opts, seed, extra))
+            result["extra_flags"] = extra
+            with open(path + ".tmp", "w") as f:
+                json.dump(result, f, indent=1)
+            os.replace(path + ".tmp", path)
+    return report(opts)
+
+
+if __name__ == "__main__":
+    main()
