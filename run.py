@@ -8,6 +8,7 @@ No algorithm logic lives here: every run is `algos.<algo>.main(args)`.
     python run.py evaluate runs/grid/simple_spread/mappo/mappo__simple_spread__1__1700000000 --video spread.gif
     python run.py tune --algo mappo --env torch:simple_speaker_listener --space learning_rate=2e-4:5e-3:log ent_coef=0:0.05
     python run.py export runs/grid --out results.json --format marl-eval
+    python run.py crossplay runs/ttt --random --games 200
 
 Launching (the default command): every --algo x --env x seed 1..SEEDS x sweep point is one run.
 Everything after `--` goes to every run as algorithm flags; --env, --seed and --run-dir are set
@@ -35,7 +36,8 @@ run found under RUNS (with two labels or more, also performance profiles and the
 improvement); `run.py evaluate RUN...` plays greedy episodes with a run's checkpoint and can save
 one as a GIF or MP4; `run.py tune` searches an algorithm's settings with Optuna, each trial a grid
 point of seeds, and writes the best as a preset; `run.py export` writes runs in marl-eval's JSON
-layout. `--track` sends every run to Weights & Biases. `python run.py <command> --help` lists each
+layout; `run.py crossplay` plays runs against each other in an env of two sides (a cross-play table
+and Elo ratings). `--track` sends every run to Weights & Biases. `python run.py <command> --help` lists each
 command's options. docs/how-to.md describes it all.
 """
 import argparse
@@ -65,8 +67,8 @@ from common.cli import (DEBUG_FLAG, ConfigError, RunInterrupted, RunStopped, deb
 from common.results import (curves_on_grid, diverged_note, final_scores, find_runs, improvement_markdown,
                             improvement_table, latest_per_seed, markdown_table, marl_eval_layout, mean_and_band,
                             normalize, performance_profiles, profile_thresholds, read_run, read_summary,
-                            results_table, run_status, score_bounds, unfinished_note, write_improvement_tables,
-                            write_tables)
+                            results_table, run_status, score_bounds, unfinished_note, write_csv,
+                            write_improvement_tables, write_tables)
 from common.run_utils import args_dict, safe_name, set_console_label, write_json_atomic
 from common import tune as tuning
 from envs import check_env_kwargs, env_arguments, known_envs, parse_env_kwargs
@@ -924,16 +926,7 @@ def evaluate(argv: List[str]) -> List[dict]:
         from common.cli import require_wandb
 
         require_wandb()  # before any evaluation runs
-    paths = []
-    for given in opts.runs:
-        if not os.path.exists(given):
-            raise ConfigError(f"no such run folder or checkpoint: {given}")
-        if os.path.isfile(given) or os.path.isfile(os.path.join(given, "checkpoint.pt")):
-            paths.append(given)
-        else:
-            paths += [p for p in find_runs(given) if os.path.isfile(os.path.join(p, "checkpoint.pt"))]
-    if not paths:
-        raise ConfigError(f"no checkpoint (checkpoint.pt) in or under {', '.join(opts.runs)}")
+    paths = runs_with_checkpoints(opts.runs)
     if opts.video and len(paths) > 1:
         raise ConfigError(f"--video saves one episode of one run; {len(paths)} runs were given")
     if opts.video and not opts.video.endswith((".gif", ".mp4")):
@@ -969,6 +962,22 @@ def evaluate(argv: List[str]) -> List[dict]:
     return results
 
 
+def runs_with_checkpoints(given: Sequence[str]) -> List[str]:
+    """Run folders or checkpoint files, a folder of runs standing for every run under it that has a
+    checkpoint; a path that does not exist, or no checkpoint at all, fails saying so."""
+    paths = []
+    for root in given:
+        if not os.path.exists(root):
+            raise ConfigError(f"no such run folder or checkpoint: {root}")
+        if os.path.isfile(root) or os.path.isfile(os.path.join(root, "checkpoint.pt")):
+            paths.append(root)
+        else:
+            paths += [p for p in find_runs(root) if os.path.isfile(os.path.join(p, "checkpoint.pt"))]
+    if not paths:
+        raise ConfigError(f"no checkpoint (checkpoint.pt) in or under {', '.join(given)}")
+    return paths
+
+
 def checkpoint_algo(path: str) -> str:
     """Which algorithm wrote a run (a folder or its checkpoint.pt): its summary.json says, else the
     checkpoint itself (any other file must be a checkpoint: load_checkpoint says what it is if not)."""
@@ -993,6 +1002,82 @@ def _ffmpeg() -> str:
     except ImportError:
         raise ConfigError("an MP4 needs ffmpeg (apt-get install ffmpeg, or pip install imageio-ffmpeg); "
                           "a .gif needs nothing more") from None
+
+
+# ============================================================================ crossplay
+def crossplay_command(argv: List[str]) -> dict:
+    """`run.py crossplay RUNS`: every run against every other in an env of two sides; the table,
+    Elo ratings with bootstrap intervals, a heatmap."""
+    from common import league
+
+    parser = argparse.ArgumentParser(
+        prog="run.py crossplay", description="Play every run (any algorithm) against every other in an env of two "
+        "sides (the seats of a turn-based game, or two teams like simple_tag's predators and prey): each run plays the "
+        "sides it learned, every pairing for --games episodes (in both seat orders where runs play both sides). "
+        "Writes OUT/crossplay.json and .csv (side 0's wins, draws and losses and both sides' mean returns per "
+        "pairing), OUT/elo.csv (Elo ratings of every run in every side, 95%% bootstrap intervals), and "
+        "crossplay.png and elo.png. A game's outcome: the sign of side 0's return in a zero-sum game, else side 0's "
+        "return against the median of side 0's returns over the table.")
+    parser.add_argument("runs", nargs="+", help="run folders (or folders of runs), all on one env")
+    parser.add_argument("--random", action="store_true", help="add a player of uniformly random legal actions")
+    parser.add_argument("--games", type=int, default=200, help="episodes per pairing")
+    parser.add_argument("--seed", type=int, default=0, help="env copy i of every pairing is seeded SEED + i")
+    parser.add_argument("--bootstrap", type=int, default=200, help="resamples for the Elo intervals")
+    parser.add_argument("--out", default=None, help="output folder (default: crossplay/ beside the first run)")
+    parser.add_argument(DEBUG_FLAG, action="store_true", help="print the traceback of an error (or MARL_DEBUG=1)")
+    opts = parser.parse_args(argv)
+    if opts.games < 1:
+        raise ConfigError(f"--games must be at least 1, got {opts.games}")
+    members, taken = {}, set()
+    for path in runs_with_checkpoints(opts.runs):
+        name = league.member_name(path, taken)
+        taken.add(name)
+        members[name] = path
+    if opts.random:
+        members[league.RANDOM] = league.RANDOM
+    table = league.crossplay(members, opts.games, opts.seed)  # checks the runs before it plays
+    ratings = league.elo(table, opts.bootstrap, opts.seed)
+    rows = league.summary_rows(table)
+    out = opts.out or os.path.join(os.path.dirname(os.path.abspath(runs_with_checkpoints(opts.runs)[0])), "crossplay")
+    os.makedirs(out, exist_ok=True)
+    result = {**table, "pairings": rows, "elo": {k: dict(zip(("rating", "low", "high"), v)) for k, v in ratings.items()}}
+    write_json_atomic(os.path.join(out, "crossplay.json"), result)
+    write_csv(rows, os.path.join(out, "crossplay.csv"), list(rows[0]))
+    write_csv([{"player": k, **v} for k, v in result["elo"].items()], os.path.join(out, "elo.csv"),
+              ["player", "rating", "low", "high"])
+    plot_crossplay(rows, table["sides"], ratings, out)
+    print("\n".join(f"{k:32s} Elo {v[0]:7.1f}  [{v[1]:.1f}, {v[2]:.1f}]"
+                    for k, v in sorted(ratings.items(), key=lambda kv: -kv[1][0])))
+    print(f"wrote {out}/crossplay.json, crossplay.csv, elo.csv, crossplay.png, elo.png")
+    return result
+
+
+def plot_crossplay(rows: Sequence[dict], sides: Sequence[str], ratings: Dict[str, tuple], out: str) -> None:
+    """crossplay.png: side 0's score (wins + draws / 2) per pairing; elo.png: ratings and intervals."""
+    first = list(dict.fromkeys(r["side_0"] for r in rows))
+    second = list(dict.fromkeys(r["side_1"] for r in rows))
+    score = {(r["side_0"], r["side_1"]): r["win"] + r["draw"] / 2 for r in rows}
+    fig, ax = new_figure(max(5.0, 2.5 + 0.8 * len(second)), max(4.0, 2.0 + 0.6 * len(first)))
+    grid = [[score[(a, b)] for b in second] for a in first]
+    image = ax.imshow(grid, vmin=0, vmax=1, cmap="RdBu")
+    for i, row in enumerate(grid):
+        for j, value in enumerate(row):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(second)), second, rotation=45, ha="right")
+    ax.set_yticks(range(len(first)), first)
+    ax.set_xlabel(f"playing {sides[1]}")
+    ax.set_ylabel(f"playing {sides[0]}")
+    ax.set_title(f"{sides[0]}'s score: wins + draws / 2", fontsize=10)
+    fig.colorbar(image, ax=ax)
+    save_figure(fig, os.path.join(out, "crossplay.png"))
+    names = sorted(ratings, key=lambda k: ratings[k][0])
+    fig, ax = new_figure(6, 0.8 + 0.35 * len(names))
+    values = [ratings[k] for k in names]
+    ax.errorbar([v[0] for v in values], range(len(names)), fmt="o",
+                xerr=[[v[0] - v[1] for v in values], [v[2] - v[0] for v in values]])
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("Elo (mean 1000), 95% bootstrap interval")
+    save_figure(fig, os.path.join(out, "elo.png"))
 
 
 # ============================================================================ export
@@ -1193,14 +1278,15 @@ def run_folder(job: Job) -> Optional[str]:
 # ============================================================================ entry
 def main(argv: Optional[Sequence[str]] = None):
     """`run.py [launch options] [-- algorithm flags]`, `run.py plot ...`, `run.py evaluate ...`,
-    `run.py tune ...` or `run.py export ...`.
+    `run.py tune ...`, `run.py crossplay ...` or `run.py export ...`.
 
     Errors end in one message and an exit code (common.cli.report_errors): 2 for a usage error
     (`error: ...`), 1 when runs failed or diverged, 130 / 143 after Ctrl-C / SIGTERM; --debug
     before `--` (or MARL_DEBUG=1) shows tracebacks."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = DEBUG_FLAG in (argv[: argv.index("--")] if "--" in argv else argv)
-    command = {"plot": plot, "evaluate": evaluate, "export": export, "tune": tune}.get(argv[0] if argv else "")
+    command = {"plot": plot, "evaluate": evaluate, "export": export, "tune": tune,
+               "crossplay": crossplay_command}.get(argv[0] if argv else "")
     return report_errors(lambda: command(argv[1:]) if command else launch(argv), debug)
 
 

@@ -318,11 +318,12 @@ def results_table(records: Sequence[dict], thresholds: Optional[Dict[str, float]
     return sorted(rows, key=lambda row: (row["env"], row["algo"]))
 
 
-def write_csv(rows: Sequence[dict], path: str) -> None:
+def write_csv(rows: Sequence[dict], path: str, columns: Sequence[str] = TABLE_COLUMNS) -> None:
+    """The rows under a header of `columns` (None written as an empty field)."""
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=TABLE_COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=list(columns))
         writer.writeheader()
-        writer.writerows({k: ("" if row[k] is None else row[k]) for k in TABLE_COLUMNS} for row in rows)
+        writer.writerows({k: ("" if row[k] is None else row[k]) for k in columns} for row in rows)
 
 
 def markdown_table(rows: Sequence[dict]) -> str:
