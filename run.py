@@ -9,6 +9,7 @@ No algorithm logic lives here: every run is `algos.<algo>.main(args)`.
     python run.py tune --algo mappo --env torch:simple_speaker_listener --space learning_rate=2e-4:5e-3:log ent_coef=0:0.05
     python run.py export runs/grid --out results.json --format marl-eval
     python run.py crossplay runs/ttt --random --games 200
+    python run.py league --env classic:tictactoe --side player_1=ippo --side player_2=ippo --phases 8 --phase-steps 200000
 
 Launching (the default command): every --algo x --env x seed 1..SEEDS x sweep point is one run.
 Everything after `--` goes to every run as algorithm flags; --env, --seed and --run-dir are set
@@ -37,7 +38,7 @@ improvement); `run.py evaluate RUN...` plays greedy episodes with a run's checkp
 one as a GIF or MP4; `run.py tune` searches an algorithm's settings with Optuna, each trial a grid
 point of seeds, and writes the best as a preset; `run.py export` writes runs in marl-eval's JSON
 layout; `run.py crossplay` plays runs against each other in an env of two sides (a cross-play table
-and Elo ratings). `--track` sends every run to Weights & Biases. `python run.py <command> --help` lists each
+and Elo ratings); `run.py league` trains both sides by alternation against pools of frozen snapshots. `--track` sends every run to Weights & Biases. `python run.py <command> --help` lists each
 command's options. docs/how-to.md describes it all.
 """
 import argparse
@@ -351,6 +352,13 @@ def _on_stop_signal(signum, frame) -> None:
     _note_stop(signum)
     if IN_RUN:
         raise StoppedEarly
+
+
+def _stop_now(signum, frame) -> None:
+    """Ctrl-C or SIGTERM while games are played (nothing to save): stop at once, exit 130 / 143."""
+    err = KeyboardInterrupt()
+    err.signum = signum
+    raise err
 
 
 class signals_to:
@@ -1035,10 +1043,18 @@ def crossplay_command(argv: List[str]) -> dict:
         members[name] = path
     if opts.random:
         members[league.RANDOM] = league.RANDOM
-    table = league.crossplay(members, opts.games, opts.seed)  # checks the runs before it plays
-    ratings = league.elo(table, opts.bootstrap, opts.seed)
-    rows = league.summary_rows(table)
+    with signals_to(_stop_now):
+        table = league.crossplay(members, opts.games, opts.seed)  # checks the runs before it plays
     out = opts.out or os.path.join(os.path.dirname(os.path.abspath(runs_with_checkpoints(opts.runs)[0])), "crossplay")
+    return write_crossplay(table, out, opts.bootstrap, opts.seed)
+
+
+def write_crossplay(table: dict, out: str, bootstrap: int, seed: int) -> dict:
+    """Fit the Elo ratings of a cross-play table, write it to `out` (JSON, CSV, plots), print the ratings."""
+    from common import league
+
+    ratings = league.elo(table, bootstrap, seed)
+    rows = league.summary_rows(table)
     os.makedirs(out, exist_ok=True)
     result = {**table, "pairings": rows, "elo": {k: dict(zip(("rating", "low", "high"), v)) for k, v in ratings.items()}}
     write_json_atomic(os.path.join(out, "crossplay.json"), result)
@@ -1048,7 +1064,7 @@ def crossplay_command(argv: List[str]) -> dict:
     plot_crossplay(rows, table["sides"], ratings, out)
     print("\n".join(f"{k:32s} Elo {v[0]:7.1f}  [{v[1]:.1f}, {v[2]:.1f}]"
                     for k, v in sorted(ratings.items(), key=lambda kv: -kv[1][0])))
-    print(f"wrote {out}/crossplay.json, crossplay.csv, elo.csv, crossplay.png, elo.png")
+    print(f"wrote {out}/crossplay.json, crossplay.csv, elo.csv, crossplay.png, elo.png", flush=True)
     return result
 
 
@@ -1078,6 +1094,162 @@ def plot_crossplay(rows: Sequence[dict], sides: Sequence[str], ratings: Dict[str
     ax.set_yticks(range(len(names)), names)
     ax.set_xlabel("Elo (mean 1000), 95% bootstrap interval")
     save_figure(fig, os.path.join(out, "elo.png"))
+
+
+# ============================================================================ league
+LEAGUE_FLAGS = ("--total-timesteps", "--share-params", "--train-groups", "--load-group", "--exp-name")
+
+
+def league_command(argv: List[str]) -> dict:
+    """`run.py league`: both sides of an env trained by alternation against frozen snapshots."""
+    global STOPPED_BY
+    from common import league
+    import numpy as np
+
+    STOPPED_BY = None
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(
+        prog="run.py league", description="Train both sides of an env of two (the seats of a turn-based game, or "
+        "predators and prey) by alternation: phase k trains the learners of one side (phase 1 the first --side, phase "
+        "2 the other, ...), each learner an algorithm file's run of --phase-steps env steps with --share-params group "
+        "--train-groups SIDE, starting from its own last run (--load-group SIDE=that run: its weights) and facing an "
+        "opponent drawn from the other side's pool of frozen snapshots (--load-group OTHER=that snapshot, any "
+        "algorithm's run; or random legal actions). After a phase every learner's run joins its side's pool "
+        "(--snapshot-every). The league lives in LEAGUE_DIR/league.json: the same command resumes it after a kill "
+        "(a phase's runs resume from their checkpoints, and its opponents are the ones drawn before). At the end "
+        "every snapshot plays every snapshot of the other side (run.py crossplay: LEAGUE_DIR/crossplay).",
+        epilog="example: python run.py league --env torch:simple_tag --side adversary=mappo,maddpg,qmix "
+               "--side agent=mappo,maddpg,qmix --phases 6 --phase-steps 500000 -- --env-kwargs max_cycles=25")
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--side", nargs="+", action="extend", required=True, metavar="SIDE=ALGO[,ALGO...]",
+                        help="the learners of each side, e.g. adversary=mappo,qmix agent=maddpg")
+    parser.add_argument("--phases", type=int, default=4)
+    parser.add_argument("--phase-steps", type=int, default=500_000, help="env steps of each learner in a phase")
+    parser.add_argument("--opponents", choices=("uniform", "latest", "prioritised"), default="uniform",
+                        help="how a learner's opponent is drawn from the other side's pool: uniformly, the newest "
+                             "snapshot, or prioritised by the learner's losses against each (--games episodes each)")
+    parser.add_argument("--snapshot-every", type=int, default=1, help="a learner's run joins its side's pool every "
+                                                                      "this many of its phases")
+    parser.add_argument("--pool", nargs="+", action="extend", default=[], metavar="SIDE=RUN",
+                        help="runs (any algorithm) in a side's pool from the start, beside random")
+    parser.add_argument("--games", type=int, default=100, help="episodes per pairing for --opponents prioritised "
+                                                               "and for the final cross-play table")
+    parser.add_argument("--bootstrap", type=int, default=200, help="resamples for the Elo intervals")
+    parser.add_argument("--seed", type=int, default=1, help="phase k's runs have seed SEED + 100 (k - 1)")
+    parser.add_argument("--league-dir", default=None, help="default: runs/league/<env>")
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
+                        help="runs at a time (the learners of a phase train side by side)")
+    parser.add_argument(DEBUG_FLAG, action="store_true", help="print tracebacks (or MARL_DEBUG=1)")
+    opts = parser.parse_args(own)
+    for flag in (*PER_RUN_FLAGS, *LEAGUE_FLAGS):
+        if any(a == flag or a.startswith(flag + "=") for a in extra):
+            parser.error(f"{flag} is set by the league for every run; give the league's options before '--'")
+    for name in ("phases", "phase_steps", "snapshot_every", "games"):
+        if getattr(opts, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    sides = league.league_sides(opts.side, opts.env)
+    for algo in (a for algos in sides.values() for a in algos):
+        if algo not in ALGOS:
+            raise ConfigError(f"unknown algorithm {algo!r} in --side{did_you_mean(algo, ALGOS)}; accepted: "
+                              f"{', '.join(ALGOS)}")
+    seeded: Dict[str, List[str]] = {}
+    for pair in opts.pool:
+        side, _, path = pair.partition("=")
+        if side not in sides or not path:
+            raise ConfigError(f"--pool takes SIDE=RUN with SIDE one of {', '.join(sides)}, got {pair!r}")
+        learned = league.run_sides(path)
+        if learned["env"] != opts.env or side not in learned["sides"]:
+            raise ConfigError(f"--pool {pair}: that run played {learned['env']} and learned {learned['sides']}")
+        seeded.setdefault(side, []).append(path)
+    folder = opts.league_dir or os.path.join("runs", "league", safe_name(opts.env))
+    names = list(sides)
+    settings = {"env": opts.env, "sides": sides, "phase_steps": opts.phase_steps, "opponents": opts.opponents,
+                "snapshot_every": opts.snapshot_every, "seed": opts.seed, "extra": extra}
+    state_path = os.path.join(folder, "league.json")
+    state = league.open_league(state_path, settings, seeded)
+    first = importlib.import_module(f"algos.{sides[names[0]][0]}")
+    env_kwargs = parse_args(first.Args, [*extra, "--env", opts.env]).env_kwargs  # the flags are checked per run too
+    for k in range(1, opts.phases + 1):
+        if k <= len(state["phases"]) and state["phases"][k - 1]["done"]:
+            continue
+        side = names[(k - 1) % 2]
+        other = names[k % 2]
+        if k > len(state["phases"]):  # draw this phase's opponents once, so a resumed phase faces the same
+            plan = []
+            for j, algo in enumerate(sides[side]):
+                start, pool = state["last"].get(f"{side}/{algo}"), state["pool"][other]
+                with signals_to(_stop_now):
+                    scores = (league.learner_scores(opts.env, env_kwargs, names, side, start, pool, opts.games,
+                                                    opts.seed) if opts.opponents == "prioritised" and start
+                              else [0.5] * len(pool))
+                weights = league.opponent_weights(scores, opts.opponents)
+                pick = pool[int(np.random.default_rng([opts.seed, k, j]).choice(len(pool), p=weights))]
+                plan.append({"algo": algo, "start": start, "opponent": pick["name"], "opponent_path": pick["path"]})
+            state["phases"].append({"phase": k, "side": side, "plan": plan, "done": False})
+            write_json_atomic(state_path, state)
+        phase = state["phases"][k - 1]
+        print(f"phase {k}/{opts.phases}: {side} learns: " + ", ".join(
+            f"{p['algo']} (from {'scratch' if not p['start'] else 'its last run'}) against {p['opponent']}"
+            for p in phase["plan"]), flush=True)
+        jobs = []
+        for p in phase["plan"]:
+            loads = [*([f"{side}={p['start']}"] if p["start"] else []),
+                     *([f"{other}={p['opponent_path']}"] if p["opponent_path"] != league.RANDOM else [])]
+            flags = [*extra, "--total-timesteps", str(opts.phase_steps), "--share-params", "group", "--train-groups",
+                     side, "--exp-name", p["algo"], *(["--load-group", *loads] if loads else [])]
+            module = importlib.import_module(f"algos.{p['algo']}")
+            jobs.append(make_job(module, p["algo"], opts.env, opts.seed + 100 * (k - 1), {}, flags,
+                                 os.path.join(folder, f"phase_{k:02d}")))
+        jobs = check_saved(jobs)
+        summaries, tasks = finished_and_tasks(jobs)
+        ended: Dict[int, tuple] = {}
+        run_local(tasks, opts.workers, result_recorder(summaries, ended))
+        if STOPPED_BY is not None:
+            raise stopped(jobs, summaries, ended, ["league", *argv], folder, False)
+        if ended:
+            raise RunStopped("error: the league stopped: " + "; ".join(
+                outcome_line(jobs[i], *e) for i, e in ended.items()) + f". The same command retries phase {k}", folder)
+        for i, p in enumerate(phase["plan"]):
+            p["run"] = summaries[i]["run_dir"]
+            state["last"][f"{side}/{p['algo']}"] = p["run"]
+            if (k + 1) // 2 % opts.snapshot_every == 0:  # the learner's (k + 1) // 2-th phase
+                state["pool"][side].append({"name": f"{p['algo']}@{k}", "path": p["run"], "phase": k})
+        phase["done"] = True
+        write_json_atomic(state_path, state)
+    members = {m["name"]: m["path"] for side in names for m in state["pool"][side]}
+    with signals_to(_stop_now):
+        table = league.crossplay(members, opts.games, opts.seed)
+    result = write_crossplay(table, os.path.join(folder, "crossplay"), opts.bootstrap, opts.seed)
+    plot_league_elo(result["elo"], names, os.path.join(folder, "crossplay", "league_elo.png"))
+    return {"league": state, "crossplay": result}
+
+
+def plot_league_elo(elo: Dict[str, dict], sides: Sequence[str], path: str) -> str:
+    """Elo of every learner's snapshots against the phase that made them (`algo@phase/side`), with
+    intervals; random as a grey line per side."""
+    import numpy as np
+
+    fig, ax = new_figure(7, 4)
+    for side, style in zip(sides, ("-", "--")):
+        lines: Dict[str, list] = {}
+        for player, r in elo.items():
+            name, _, played = player.rpartition("/")
+            if played == side and "@" in name:
+                algo, _, phase = name.rpartition("@")
+                lines.setdefault(algo, []).append((int(phase), r["rating"], r["low"], r["high"]))
+        for algo, points in sorted(lines.items()):
+            points.sort()
+            x, y, low, high = zip(*points)
+            ax.errorbar(x, y, yerr=[np.subtract(y, low), np.subtract(high, y)], linestyle=style, marker="o",
+                        capsize=3, label=f"{algo} ({side})")
+        if f"random/{side}" in elo:
+            ax.axhline(elo[f"random/{side}"]["rating"], color="grey", linestyle=style, linewidth=0.8,
+                       label=f"random ({side})")
+    ax.set_xlabel("phase that made the snapshot")
+    ax.set_ylabel("Elo (mean 1000), 95% interval")
+    ax.legend(fontsize=7)
+    return save_figure(fig, path)
 
 
 # ============================================================================ export
@@ -1286,7 +1458,7 @@ def main(argv: Optional[Sequence[str]] = None):
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = DEBUG_FLAG in (argv[: argv.index("--")] if "--" in argv else argv)
     command = {"plot": plot, "evaluate": evaluate, "export": export, "tune": tune,
-               "crossplay": crossplay_command}.get(argv[0] if argv else "")
+               "crossplay": crossplay_command, "league": league_command}.get(argv[0] if argv else "")
     return report_errors(lambda: command(argv[1:]) if command else launch(argv), debug)
 
 

@@ -206,3 +206,74 @@ def member_name(path: str, taken: Optional[set] = None) -> str:
     while name in taken:
         name, k = f"{base}_{k}", k + 1
     return name
+
+
+# ---------------------------------------------------------------------------------------------- leagues
+def league_sides(entries: Sequence[str], env_name: str) -> Dict[str, List[str]]:
+    """`--side adversary=mappo,maddpg --side agent=qmix` -> {"adversary": ["mappo", "maddpg"], "agent": ["qmix"]},
+    checked against the env's two sides and the algorithm files."""
+    from envs import make_env
+
+    probe = make_env(env_name, 1, 0)
+    sides, _ = assign_groups(agent_names(probe), (), env_name)
+    probe.close()
+    learners = {}
+    for entry in entries:
+        side, sep, algos = entry.partition("=")
+        if not sep or not algos:
+            raise ConfigError(f"--side takes SIDE=ALGO[,ALGO...] (e.g. adversary=mappo,qmix), got {entry!r}")
+        if side not in sides:
+            raise ConfigError(f"--side {entry}: {env_name} has the sides {', '.join(sides)}")
+        learners[side] = algos.split(",")
+    if len(sides) != 2 or set(learners) != set(sides):
+        raise ConfigError(f"a league trains both sides of an env of two: give --side for each of "
+                          f"{', '.join(sides)} ({env_name})")
+    return {side: learners[side] for side in sides}
+
+
+def open_league(path: str, settings: dict, seeded: Dict[str, List[str]]) -> dict:
+    """The league's state, kept in `path` (league.json): its settings, every side's pool of frozen
+    snapshots (random first, then `seeded` runs, then the learners' snapshots), every learner's last
+    run and every phase's plan and runs. A league.json made with other settings is an error."""
+    if os.path.isfile(path):
+        import json
+
+        with open(path) as f:
+            state = json.load(f)
+        if state["settings"] != settings:
+            changed = {k: (state["settings"].get(k), v) for k, v in settings.items() if state["settings"].get(k) != v}
+            raise ConfigError(f"{path} holds a league with other settings ({changed}); use another --league-dir")
+        return state
+    pool = {side: [{"name": RANDOM, "path": RANDOM, "phase": 0}]
+            + [{"name": member_name(p), "path": p, "phase": 0} for p in seeded.get(side, [])]
+            for side in settings["sides"]}
+    return {"settings": settings, "pool": pool, "last": {}, "phases": []}
+
+
+def opponent_weights(scores: Sequence[float], how: str) -> np.ndarray:
+    """Sampling weights over the pool: uniform; latest (the newest snapshot only); or prioritised
+    by the learner's score against each (1 win .. 0 loss): (1 - score)^2, floored at 0.05, so the
+    opponents it loses to come up most (prioritised fictitious self-play, Vinyals et al. 2019)."""
+    n = len(scores)
+    if how == "uniform":
+        weights = np.ones(n)
+    elif how == "latest":
+        weights = np.eye(n)[-1]
+    else:
+        weights = np.maximum((1.0 - np.asarray(scores, dtype=float)) ** 2, 0.05)
+    return weights / weights.sum()
+
+
+def learner_scores(env_name: str, env_kwargs: Sequence[str], sides: Sequence[str], side: str, learner: str,
+                   pool: Sequence[dict], games: int, seed: int) -> List[float]:
+    """The score of `learner` (a run playing `side`) against every pool member of the other side,
+    from `games` episodes each: wins + draws / 2 in a zero-sum game; otherwise its mean return
+    rescaled over the pool (1 best, 0 worst)."""
+    other = next(s for s in sides if s != side)
+    column = list(sides).index(side)
+    returns = [play(env_name, env_kwargs, {side: learner, other: m["path"]}, games, seed) for m in pool]
+    if all(np.allclose(r.sum(1), 0.0, atol=1e-6) for r in returns):
+        return [float((0.5 + 0.5 * np.sign(r[:, column])).mean()) for r in returns]
+    means = np.array([r[:, column].mean() for r in returns])
+    span = means.max() - means.min()
+    return list((means - means.min()) / span) if span > 0 else [0.5] * len(means)

@@ -2,6 +2,7 @@
 game, a table over real runs through the command line, and the errors it gives before writing."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -83,3 +84,87 @@ def test_crossplay_over_runs_of_different_envs_fails_before_writing(runs, tmp_pa
     assert not out.exists()
     missing = cli(str(tmp_path / "no_such_run"), "--out", str(out))
     assert missing.returncode == 2 and "no such run folder" in missing.stderr and not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------- leagues
+LEAGUE = ["--env", "classic:tictactoe", "--side", "player_1=ippo", "--side", "player_2=ippo,mappo", "--games", "10",
+          "--bootstrap", "10", "--workers", "1"]
+RUN_FLAGS = ["--", "--num-envs", "4", "--num-steps", "8", "--eval-every", "0", "--hidden-sizes", "16",
+             "--torch-threads", "1"]
+
+
+def league_cli(folder, *argv, steps=256):
+    return subprocess.run([sys.executable, "run.py", "league", *LEAGUE, "--league-dir", str(folder),
+                           "--phase-steps", str(steps), *argv, *RUN_FLAGS], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def phase_runs(folder, k):
+    return sorted(str(p) for p in (folder / f"phase_{k:02d}").glob("*/*/*") if (p / "args.json").exists())
+
+
+def test_a_league_alternates_grows_its_pools_and_extends(tmp_path):
+    folder = tmp_path / "league"
+    first = league_cli(folder, "--phases", "1")
+    assert first.returncode == 0, first.stderr
+    before = phase_runs(folder, 1)
+    second = league_cli(folder, "--phases", "2")  # the same league, one phase more: phase 1 is not run again
+    assert second.returncode == 0, second.stderr
+    state = json.load(open(folder / "league.json"))
+    assert [p["side"] for p in state["phases"]] == ["player_1", "player_2"] and all(p["done"] for p in state["phases"])
+    assert phase_runs(folder, 1) == before and len(phase_runs(folder, 2)) == 2
+    assert [m["name"] for m in state["pool"]["player_1"]] == ["random", "ippo@1"]
+    assert [m["name"] for m in state["pool"]["player_2"]] == ["random", "ippo@2", "mappo@2"]
+    ippo_2 = next(p for p in state["phases"][1]["plan"] if p["algo"] == "ippo")
+    args = json.load(open(os.path.join(ippo_2["run"], "args.json")))
+    assert args["train_groups"] == ["player_2"] and args["share_params"] == "group"
+    assert ippo_2["opponent"] in ("random", "ippo@1")
+    if ippo_2["opponent"] != "random":
+        assert f"player_1={state['pool']['player_1'][1]['path']}" in args["load_group"]
+    table = json.load(open(folder / "crossplay" / "crossplay.json"))
+    assert len(table["cells"]) == 2 * 3 and (folder / "crossplay" / "league_elo.png").exists()
+
+
+def test_a_killed_league_resumes_where_it_stopped(tmp_path):
+    """SIGTERM during phase 2: its runs save and the league exits 143 naming the command; the same
+    command then finishes phase 2 from those checkpoints (no new run folders, the same opponents)."""
+    folder = tmp_path / "league"
+    argv = [sys.executable, "run.py", "league", *LEAGUE, "--league-dir", str(folder), "--phase-steps", "4096",
+            "--phases", "2", *RUN_FLAGS]
+    child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in child.stdout:
+        if "phase 2/2" in line:
+            break
+    for line in child.stdout:  # a step line of phase 2: training is under way
+        if "step " in line:
+            break
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 143 and "Traceback" not in err and "run.py league" in err
+    state = json.load(open(folder / "league.json"))
+    plan, runs = state["phases"][1]["plan"], phase_runs(folder, 2)
+    assert not state["phases"][1]["done"] and runs
+    again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    state = json.load(open(folder / "league.json"))
+    assert state["phases"][1]["done"] and [p["opponent"] for p in state["phases"][1]["plan"]] == [
+        p["opponent"] for p in plan]
+    assert set(runs) <= set(phase_runs(folder, 2)) and len(phase_runs(folder, 2)) == 2
+
+
+def test_league_bad_input_fails_before_writing(runs, tmp_path):
+    folder = tmp_path / "league"
+    for argv, message in (
+            (["--pool", f"player_2={runs['spread']}"], "that run played torch:simple_spread"),
+            (["--phases", "0"], "--phases must be at least 1")):
+        out = league_cli(folder, *argv)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert not folder.exists()
+    wrong_side = subprocess.run([sys.executable, "run.py", "league", "--env", "classic:tictactoe", "--side",
+                                 "predator=ippo", "--league-dir", str(folder)], cwd=ROOT, capture_output=True,
+                                text=True, timeout=120)
+    assert wrong_side.returncode == 2 and "player_1, player_2" in wrong_side.stderr and not folder.exists()
+    set_by_league = subprocess.run([sys.executable, "run.py", "league", *LEAGUE, "--league-dir", str(folder), "--",
+                                    "--train-groups", "player_1"], cwd=ROOT, capture_output=True, text=True,
+                                   timeout=120)
+    assert set_by_league.returncode == 2 and "--train-groups is set by the league" in set_by_league.stderr
