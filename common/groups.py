@@ -43,8 +43,10 @@ TEAMS = {
 }
 
 
-# Families whose agents are seats of a game (player_0 against player_1): each agent is a side of its own.
+# Families whose agents are seats of a game (player_0 against player_1): each agent is a side of its own,
+# except in the cooperative games, where the players are one team (Hanabi: one shared reward).
 SEATED = ("classic:",)
+COOPERATIVE_GAMES = ("classic:hanabi",)
 
 
 def env_teams(env: str) -> Dict[str, str]:
@@ -77,14 +79,15 @@ def assign_groups(agents: Sequence[str], mapping: Sequence[str] = (), env: str =
     """(group names in order of first appearance, the group index of every agent).
 
     An agent's group is its name prefix, or the team `env` gives that prefix (TEAMS), or in a
-    turn-based game (SEATED) the agent itself: each seat is a side. `mapping`
+    turn-based game (SEATED, not COOPERATIVE_GAMES) the agent itself: each seat is a side. `mapping`
     holds `--agent-groups` pairs NAME=GROUP; NAME is an agent name or a prefix, and an agent named
     exactly wins over its prefix. A NAME that matches nothing fails with the agent names and the
     prefix groups.
     """
     chosen = parse_pairs(mapping, "--agent-groups", "leadadversary_0=adversary agent=prey")
     chosen = {**{p: g for p, g in env_teams(env).items() if p not in chosen}, **chosen}
-    prefixes = [a if env.startswith(SEATED) else prefix_group(a) for a in agents]
+    seated = env.startswith(SEATED) and env not in COOPERATIVE_GAMES
+    prefixes = [a if seated else prefix_group(a) for a in agents]
     unknown = [k for k in chosen if k not in agents and k not in prefixes and k not in env_teams(env)]
     if unknown:
         raise ConfigError(f"--agent-groups names {unknown}, which match no agent; agents: {', '.join(agents)}; "

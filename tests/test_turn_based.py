@@ -156,3 +156,9 @@ def test_other_files_refuse_turn_based_games_clearly(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr + out.stdout
     assert "turn-based" in out.stderr and "algos/ippo.py, algos/mappo.py" in out.stderr
     assert not run_dir.exists()
+
+
+def test_seats_are_sides_except_in_cooperative_games():
+    from common.groups import assign_groups
+    assert assign_groups(["player_1", "player_2"], (), "classic:tictactoe") == (["player_1", "player_2"], [0, 1])
+    assert assign_groups(["player_0", "player_1"], (), "classic:hanabi") == (["player"], [0, 0])  # one shared reward
