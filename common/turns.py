@@ -7,13 +7,15 @@ its moves up to its next are that move's reward, and the move's successor is its
 the end of the game). `turn_gae` computes GAE over exactly that, and says which steps are moves
 whose outcome the rollout holds; the files use that as their loss mask in place of `alive`:
 
-    if turns:  # whose move it is was stored in the rollout as "acting"
+    acting = whose_move(envs, device)  # before the rollout; whose_move(result, device) after each step
+    ...                                # the rollout stores it as "acting"
+    if acting is not None:  # after the rollout: who moves next
         advantages, returns, b["alive"] = turn_gae(b, values, next_values, acting, args.gamma, args.gae_lambda)
 
 Files that do not (yet) do this refuse turn-based envs (`check_turns`, called from
 `common.groups.policy_map` before a run folder is written).
 """
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -25,6 +27,13 @@ TURN_BASED_ALGOS = ("ippo", "mappo")
 
 def is_turn_based(env) -> bool:
     return bool(getattr(env, "turn_based", False))
+
+
+def whose_move(source, device) -> Optional[torch.Tensor]:
+    """(E, N) True for the agent to move next, from a turn-based env (after reset) or its last
+    VecStep; None for every other env."""
+    acting = getattr(source, "acting", None)
+    return None if acting is None else torch.as_tensor(acting, device=device)
 
 
 def check_turns(env, algo: str, env_name: str) -> None:
