@@ -1140,6 +1140,8 @@ def league_command(argv: List[str]) -> dict:
     parser.add_argument("--league-dir", default=None, help="default: runs/league/<env>")
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                         help="runs at a time (the learners of a phase train side by side)")
+    parser.add_argument("--dry-run", action="store_true", help="check the sides, the pool and every learner's flags, "
+                                                                 "say what phase 1 would run; run and write nothing")
     parser.add_argument(DEBUG_FLAG, action="store_true", help="print tracebacks (or MARL_DEBUG=1)")
     opts = parser.parse_args(own)
     for flag in (*PER_RUN_FLAGS, *LEAGUE_FLAGS):
@@ -1148,11 +1150,11 @@ def league_command(argv: List[str]) -> dict:
     for name in ("phases", "phase_steps", "snapshot_every", "games"):
         if getattr(opts, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    sides = league.league_sides(opts.side, opts.env)
-    for algo in (a for algos in sides.values() for a in algos):
+    for algo in (a for entry in opts.side for a in entry.partition("=")[2].split(",") if a):
         if algo not in ALGOS:
             raise ConfigError(f"unknown algorithm {algo!r} in --side{did_you_mean(algo, ALGOS)}; accepted: "
                               f"{', '.join(ALGOS)}")
+    sides = league.league_sides(opts.side, opts.env)  # the env's two sides, each given its learners
     seeded: Dict[str, List[str]] = {}
     for pair in opts.pool:
         side, _, path = pair.partition("=")
@@ -1168,6 +1170,16 @@ def league_command(argv: List[str]) -> dict:
                 "snapshot_every": opts.snapshot_every, "seed": opts.seed, "extra": extra}
     state_path = os.path.join(folder, "league.json")
     state = league.open_league(state_path, settings, seeded)
+    if opts.dry_run:
+        for algo in (a for algos in sides.values() for a in algos):  # every learner's Args, parsed and validated
+            make_job(importlib.import_module(f"algos.{algo}"), algo, opts.env, opts.seed, {},
+                     [*extra, "--total-timesteps", str(opts.phase_steps), "--share-params", "group"], folder)
+        done = sum(p["done"] for p in state["phases"])
+        print(f"league in {folder}: {done} of {opts.phases} phases done; sides "
+              + "; ".join(f"{side}: {', '.join(algos)}" for side, algos in sides.items())
+              + f"; phase {done + 1} would train {names[done % 2]} against the {names[(done + 1) % 2]} pool ("
+              + ", ".join(m["name"] for m in state["pool"][names[(done + 1) % 2]]) + ")")
+        return {}
     first = importlib.import_module(f"algos.{sides[names[0]][0]}")
     env_kwargs = parse_args(first.Args, [*extra, "--env", opts.env]).env_kwargs  # the flags are checked per run too
     for k in range(1, opts.phases + 1):

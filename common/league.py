@@ -25,6 +25,7 @@ import torch
 from common.cli import ConfigError
 from common.groups import LoadedPolicy, agent_names, assign_groups, loaded_run
 from common.run_utils import load_checkpoint
+from common.turns import check_turns
 
 RANDOM = "random"
 
@@ -216,6 +217,8 @@ def league_sides(entries: Sequence[str], env_name: str) -> Dict[str, List[str]]:
 
     probe = make_env(env_name, 1, 0)
     sides, _ = assign_groups(agent_names(probe), (), env_name)
+    for algo in {a for entry in entries for a in entry.partition("=")[2].split(",") if a}:
+        check_turns(probe, algo, env_name)  # a turn-based game: only the files that learn from moves
     probe.close()
     learners = {}
     for entry in entries:

@@ -197,7 +197,7 @@ def documented_launches():
                 if not line.startswith("python run.py "):
                     continue
                 argv = shlex.split(line.strip(), comments=True)
-                if argv[2:3] not in (["plot"], ["evaluate"], ["export"]):
+                if argv[2:3] not in (["plot"], ["evaluate"], ["export"], ["crossplay"]):  # these read runs
                     found.append((doc, argv[2:]))
     return found
 
@@ -213,6 +213,12 @@ def test_documented_grids_plan(doc, argv, monkeypatch, capsys):
 
     monkeypatch.setattr(common.cli, "require_wandb", lambda: None)  # --track plans where W&B is not installed
     cut = argv.index("--") if "--" in argv else len(argv)
+    if argv[:1] == ["league"]:  # a league checks its sides and every learner's flags, and writes nothing
+        folder = os.path.join("runs", "league", argv[argv.index("--env") + 1].replace(":", "-"))
+        existed = os.path.exists(folder)
+        assert run.main([*argv[:cut], "--dry-run", *argv[cut:]]) == {}
+        assert "phase 1 would train" in capsys.readouterr().out and os.path.exists(folder) == existed
+        return
     assert run.main([*argv[:cut], "--dry-run", *argv[cut:]]) == []
     assert " runs: " in capsys.readouterr().out
 

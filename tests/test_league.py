@@ -168,3 +168,13 @@ def test_league_bad_input_fails_before_writing(runs, tmp_path):
                                     "--train-groups", "player_1"], cwd=ROOT, capture_output=True, text=True,
                                    timeout=120)
     assert set_by_league.returncode == 2 and "--train-groups is set by the league" in set_by_league.stderr
+
+
+def test_league_refuses_learners_that_cannot_play_the_game(tmp_path):
+    for side, message in (("player_2=qmix", "qmix does not learn from each agent's own moves"),
+                          ("player_2=qmixx", "unknown algorithm 'qmixx'")):
+        out = subprocess.run([sys.executable, "run.py", "league", "--env", "classic:tictactoe", "--side",
+                              "player_1=ippo", side, "--league-dir", str(tmp_path / "l"), "--dry-run"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert not (tmp_path / "l").exists()
