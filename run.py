@@ -1120,7 +1120,8 @@ def league_command(argv: List[str]) -> dict:
         "(a phase's runs resume from their checkpoints, and its opponents are the ones drawn before). At the end "
         "every snapshot plays every snapshot of the other side (run.py crossplay: LEAGUE_DIR/crossplay).",
         epilog="example: python run.py league --env torch:simple_tag --side adversary=mappo,maddpg,qmix "
-               "--side agent=mappo,maddpg,qmix --phases 6 --phase-steps 500000 -- --env-kwargs max_cycles=25")
+               "--side agent=mappo,maddpg,qmix --phases 6 --phase-steps 500000 -- --env-kwargs "
+               "continuous_actions=false")
     parser.add_argument("--env", required=True)
     parser.add_argument("--side", nargs="+", action="extend", required=True, metavar="SIDE=ALGO[,ALGO...]",
                         help="the learners of each side, e.g. adversary=mappo,qmix agent=maddpg")
@@ -1140,6 +1141,9 @@ def league_command(argv: List[str]) -> dict:
     parser.add_argument("--league-dir", default=None, help="default: runs/league/<env>")
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                         help="runs at a time (the learners of a phase train side by side)")
+    parser.add_argument("--algo-flags", nargs="+", action="extend", default=[], metavar="ALGO=FLAGS",
+                        help="flags for one algorithm's learners only, after those after '--' (which go to every "
+                             "learner), e.g. iql='--hidden-dim 32' mappo='--hidden-sizes 32 32'")
     parser.add_argument("--dry-run", action="store_true", help="check the sides, the pool and every learner's flags, "
                                                                  "say what phase 1 would run; run and write nothing")
     parser.add_argument(DEBUG_FLAG, action="store_true", help="print tracebacks (or MARL_DEBUG=1)")
@@ -1155,6 +1159,16 @@ def league_command(argv: List[str]) -> dict:
             raise ConfigError(f"unknown algorithm {algo!r} in --side{did_you_mean(algo, ALGOS)}; accepted: "
                               f"{', '.join(ALGOS)}")
     sides = league.league_sides(opts.side, opts.env)  # the env's two sides, each given its learners
+    own_flags: Dict[str, List[str]] = {}
+    for pair in opts.algo_flags:
+        algo, sep, flags = pair.partition("=")
+        if not sep or algo not in {a for algos in sides.values() for a in algos}:
+            raise ConfigError(f"--algo-flags takes ALGO=FLAGS for a learner of the league "
+                              f"({', '.join(dict.fromkeys(a for algos in sides.values() for a in algos))}), got {pair!r}")
+        own_flags[algo] = own_flags.get(algo, []) + shlex.split(flags)
+    for flag in (*PER_RUN_FLAGS, *LEAGUE_FLAGS):
+        if any(a == flag or a.startswith(flag + "=") for flags in own_flags.values() for a in flags):
+            parser.error(f"{flag} is set by the league for every run")
     seeded: Dict[str, List[str]] = {}
     for pair in opts.pool:
         side, _, path = pair.partition("=")
@@ -1167,21 +1181,32 @@ def league_command(argv: List[str]) -> dict:
     folder = opts.league_dir or os.path.join("runs", "league", safe_name(opts.env))
     names = list(sides)
     settings = {"env": opts.env, "sides": sides, "phase_steps": opts.phase_steps, "opponents": opts.opponents,
-                "snapshot_every": opts.snapshot_every, "seed": opts.seed, "extra": extra}
+                "snapshot_every": opts.snapshot_every, "seed": opts.seed, "extra": extra, "algo_flags": own_flags}
+    played = {}  # every learner's Args, checked now; all of them must play one env
+    for algo in dict.fromkeys(a for algos in sides.values() for a in algos):
+        job = make_job(importlib.import_module(f"algos.{algo}"), algo, opts.env, opts.seed, {},
+                       [*extra, *own_flags.get(algo, []), "--total-timesteps", str(opts.phase_steps), "--share-params",
+                        "group"], folder)
+        module = importlib.import_module(f"algos.{algo}")  # the continuous-control files switch the action type
+        switch = getattr(module, "with_continuous_actions", lambda env, pairs: tuple(pairs))
+        played[algo] = tuple(switch(opts.env, job.resolved["env_kwargs"]))
+    if len(set(played.values())) > 1:
+        raise ConfigError("the learners would play different envs: " + "; ".join(
+            f"{a} with --env-kwargs {' '.join(k) or '(none)'}" for a, k in played.items()) + " (continuous-control "
+            "files switch continuous_actions on by default); give the env's arguments after '--' for all of them, "
+            "e.g. -- --env-kwargs continuous_actions=false")
     state_path = os.path.join(folder, "league.json")
     state = league.open_league(state_path, settings, seeded)
     if opts.dry_run:
-        for algo in (a for algos in sides.values() for a in algos):  # every learner's Args, parsed and validated
-            make_job(importlib.import_module(f"algos.{algo}"), algo, opts.env, opts.seed, {},
-                     [*extra, "--total-timesteps", str(opts.phase_steps), "--share-params", "group"], folder)
         done = sum(p["done"] for p in state["phases"])
         print(f"league in {folder}: {done} of {opts.phases} phases done; sides "
               + "; ".join(f"{side}: {', '.join(algos)}" for side, algos in sides.items())
               + f"; phase {done + 1} would train {names[done % 2]} against the {names[(done + 1) % 2]} pool ("
               + ", ".join(m["name"] for m in state["pool"][names[(done + 1) % 2]]) + ")")
         return {}
-    first = importlib.import_module(f"algos.{sides[names[0]][0]}")
-    env_kwargs = parse_args(first.Args, [*extra, "--env", opts.env]).env_kwargs  # the flags are checked per run too
+    first = sides[names[0]][0]
+    env_kwargs = parse_args(importlib.import_module(f"algos.{first}").Args,
+                            [*extra, *own_flags.get(first, []), "--env", opts.env]).env_kwargs
     for k in range(1, opts.phases + 1):
         if k <= len(state["phases"]) and state["phases"][k - 1]["done"]:
             continue
@@ -1208,8 +1233,8 @@ def league_command(argv: List[str]) -> dict:
         for p in phase["plan"]:
             loads = [*([f"{side}={p['start']}"] if p["start"] else []),
                      *([f"{other}={p['opponent_path']}"] if p["opponent_path"] != league.RANDOM else [])]
-            flags = [*extra, "--total-timesteps", str(opts.phase_steps), "--share-params", "group", "--train-groups",
-                     side, "--exp-name", p["algo"], *(["--load-group", *loads] if loads else [])]
+            flags = [*extra, *own_flags.get(p["algo"], []), "--total-timesteps", str(opts.phase_steps), "--share-params",
+                     "group", "--train-groups", side, "--exp-name", p["algo"], *(["--load-group", *loads] if loads else [])]
             module = importlib.import_module(f"algos.{p['algo']}")
             jobs.append(make_job(module, p["algo"], opts.env, opts.seed + 100 * (k - 1), {}, flags,
                                  os.path.join(folder, f"phase_{k:02d}")))

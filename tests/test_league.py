@@ -178,3 +178,19 @@ def test_league_refuses_learners_that_cannot_play_the_game(tmp_path):
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert not (tmp_path / "l").exists()
+
+
+def test_league_learners_must_play_one_env(tmp_path):
+    """MADDPG switches continuous actions on by default; beside MAPPO it must be told not to."""
+    base = [sys.executable, "run.py", "league", "--env", "torch:simple_tag", "--side", "adversary=mappo,maddpg",
+            "agent=iql", "--league-dir", str(tmp_path / "l"), "--dry-run"]
+    mixed = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert mixed.returncode == 2 and "would play different envs" in mixed.stderr and "continuous_actions=false" in \
+        mixed.stderr
+    one = subprocess.run([*base, "--algo-flags", "iql=--hidden-dim 16", "--", "--env-kwargs",
+                          "continuous_actions=false"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0 and "phase 1 would train adversary" in one.stdout, one.stderr
+    wrong = subprocess.run([*base, "--algo-flags", "qmix=--hidden-dim 16"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+    assert wrong.returncode == 2 and "--algo-flags takes ALGO=FLAGS for a learner" in wrong.stderr
+    assert not (tmp_path / "l").exists()
