@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.game_opponents import GAMES  # noqa: E402
 from common.cli import saved_args  # noqa: E402
 from common.run_utils import greedy_eval, load_checkpoint  # noqa: E402
-from envs import make_env  # noqa: E402
+from envs import make_env, parse_env_kwargs  # noqa: E402
 
 BARS = {"tictactoe": ("perfect_varied", "loss", 0.02), "connect_four": ("win_or_block", "win", 0.90)}
 
@@ -48,7 +48,8 @@ def acting_network(run_path: str, env):
 def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, copies: int = 100) -> dict:
     """`games` games of the run's policy in seat `seat` against `opponent` (obs, mask, rng) -> action,
     in `copies` env copies at once: {"win", "draw", "loss"} rates of the policy's seat."""
-    env = make_env(f"classic:{game}", min(copies, games), seed)
+    saved = json.load(open(os.path.join(run_path, "args.json")))
+    env = make_env(f"classic:{game}", min(copies, games), seed, parse_env_kwargs(saved["env_kwargs"]))  # as trained
     net, greedy = acting_network(run_path, env)
     board = env.envs[0].observation_space(env.agents[1 - seat])["observation"].shape
     rng = np.random.default_rng(seed)
@@ -59,7 +60,7 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
         dist, state = net(torch.as_tensor(obs)[None], state, starts[None], torch.as_tensor(mask)[None])
         actions = (dist.mode() if greedy else dist.sample())[0].numpy().copy()  # (E, N)
         for i in np.flatnonzero(env.acting[:, 1 - seat]):  # the scripted player's moves
-            view = obs[i, 1 - seat, : int(np.prod(board))].reshape(board).astype(np.int8)
+            view = obs[i, 1 - seat].reshape(-1)[: int(np.prod(board))].reshape(board).astype(np.int8)
             actions[i, 1 - seat] = opponent(view, mask[i, 1 - seat].astype(np.int8), rng)
         step = env.step(actions)
         results += step.episode_return[step.done, seat].tolist()
