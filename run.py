@@ -1240,13 +1240,14 @@ def league_command(argv: List[str]) -> dict:
                                  os.path.join(folder, f"phase_{k:02d}")))
         jobs = check_saved(jobs)
         summaries, tasks = finished_and_tasks(jobs)
-        ended: Dict[int, tuple] = {}
+        ended = {i: ("diverged", read_summary(j.path), None) for i, j in enumerate(jobs) if j.status == "diverged"}
         run_local(tasks, opts.workers, result_recorder(summaries, ended))
         if STOPPED_BY is not None:
             raise stopped(jobs, summaries, ended, ["league", *argv], folder, False)
         if ended:
-            raise RunStopped("error: the league stopped: " + "; ".join(
-                outcome_line(jobs[i], *e) for i, e in ended.items()) + f". The same command retries phase {k}", folder)
+            raise RunStopped(f"error: phase {k} of the league did not finish:\n" + "\n".join(
+                "  " + outcome_line(jobs[i], *e) for i, e in ended.items()) + f"\nthe same command retries phase {k} "
+                "(delete a diverged run's folder first, or change its settings with --algo-flags)", folder)
         for i, p in enumerate(phase["plan"]):
             p["run"] = summaries[i]["run_dir"]
             state["last"][f"{side}/{p['algo']}"] = p["run"]
