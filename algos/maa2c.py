@@ -17,6 +17,7 @@ import torch
 from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, run_cli
 from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.turns import turn_gae, whose_move
 from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, evaluate_checkpoint, pick_device,
                               resume_envs, rng_state, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
@@ -198,6 +199,7 @@ def main(args: Args) -> dict:
         global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
 
     obs_np, state_np, mask_np, restored = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where they were
+    acting = whose_move(envs, device)  # (E, N) in a turn-based game (one agent moves per step), else None
     obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
     state = torch.as_tensor(state_np, device=device)  # (E, state_dim)
     mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, n_actions)
@@ -226,6 +228,8 @@ def main(args: Args) -> dict:
             extras = {"episode_starts": starts, "critic_inputs": critic_inputs(obs, state, args.critic_input)}
             if mask is not None:
                 extras["action_masks"] = mask
+            if acting is not None:
+                extras["acting"] = acting
             with torch.no_grad():
                 dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
                 action = teams.override(dist.sample()[0], obs, starts, mask)[None]  # (1, E, N[, act_dim]); groups
@@ -251,6 +255,7 @@ def main(args: Args) -> dict:
                 final_values=final_value[0], **extras)
             obs, state = next_obs, torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
+            acting = whose_move(result, device)
             starts = ended
             train_returns.extend(result.episode_return[result.done].sum(-1).tolist())
             agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
@@ -271,8 +276,11 @@ def main(args: Args) -> dict:
             next_values = torch.where(b["episode_ends"].bool(), b["final_values"], next_values)
             values = value_norm.denormalize(b["state_values"]) if args.value_norm else b["state_values"]
             next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
-            advantages, returns = compute_gae(b["rewards"], values, next_values, b["dones"], b["truncated"],
-                                              args.gamma, args.gae_lambda)
+            if acting is not None:  # each agent's own moves: rewards credited to its last move; only moves are learned from
+                advantages, returns, b["alive"] = turn_gae(b, values, next_values, acting, args.gamma, args.gae_lambda)
+            else:
+                advantages, returns = compute_gae(b["rewards"], values, next_values, b["dones"], b["truncated"],
+                                                  args.gamma, args.gae_lambda)
             # Fixed groups (not in --train-groups) act but take no part in any loss or statistic: their zero loss
             # leaves their weights exactly as they were.
             learn = b["alive"] * trained  # (T, E, N) live steps of agents whose group learns

@@ -22,7 +22,7 @@ import torch
 from common.cli import ConfigError
 
 # The files that store whose move it is and learn from each agent's own moves.
-TURN_BASED_ALGOS = ("ippo", "mappo")
+TURN_BASED_ALGOS = ("ia2c", "ippo", "itrpo", "maa2c", "mappo", "matrpo")
 
 
 def is_turn_based(env) -> bool:

@@ -154,7 +154,7 @@ def test_other_files_refuse_turn_based_games_clearly(tmp_path):
     out = subprocess.run([sys.executable, "algos/qmix.py", "--env", "classic:tictactoe", "--run-dir", str(run_dir)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr + out.stdout
-    assert "turn-based" in out.stderr and "algos/ippo.py, algos/mappo.py" in out.stderr
+    assert "turn-based" in out.stderr and "algos/ippo.py" in out.stderr and "algos/mappo.py" in out.stderr
     assert not run_dir.exists()
 
 
