@@ -1169,32 +1169,34 @@ def league_command(argv: List[str]) -> dict:
     for flag in (*PER_RUN_FLAGS, *LEAGUE_FLAGS):
         if any(a == flag or a.startswith(flag + "=") for flags in own_flags.values() for a in flags):
             parser.error(f"{flag} is set by the league for every run")
-    seeded: Dict[str, List[str]] = {}
-    for pair in opts.pool:
-        side, _, path = pair.partition("=")
-        if side not in sides or not path:
-            raise ConfigError(f"--pool takes SIDE=RUN with SIDE one of {', '.join(sides)}, got {pair!r}")
-        learned = league.run_sides(path)
-        if learned["env"] != opts.env or side not in learned["sides"]:
-            raise ConfigError(f"--pool {pair}: that run played {learned['env']} and learned {learned['sides']}")
-        seeded.setdefault(side, []).append(path)
     folder = opts.league_dir or os.path.join("runs", "league", safe_name(opts.env))
     names = list(sides)
     settings = {"env": opts.env, "sides": sides, "phase_steps": opts.phase_steps, "opponents": opts.opponents,
                 "snapshot_every": opts.snapshot_every, "seed": opts.seed, "extra": extra, "algo_flags": own_flags}
     played = {}  # every learner's Args, checked now; all of them must play one env
     for algo in dict.fromkeys(a for algos in sides.values() for a in algos):
-        job = make_job(importlib.import_module(f"algos.{algo}"), algo, opts.env, opts.seed, {},
-                       [*extra, *own_flags.get(algo, []), "--total-timesteps", str(opts.phase_steps), "--share-params",
-                        "group"], folder)
-        module = importlib.import_module(f"algos.{algo}")  # the continuous-control files switch the action type
-        switch = getattr(module, "with_continuous_actions", lambda env, pairs: tuple(pairs))
-        played[algo] = tuple(switch(opts.env, job.resolved["env_kwargs"]))
+        module = importlib.import_module(f"algos.{algo}")
+        job = make_job(module, algo, opts.env, opts.seed, {}, [*extra, *own_flags.get(algo, []), "--total-timesteps",
+                                                               str(opts.phase_steps), "--share-params", "group"], folder)
+        switch = getattr(module, "with_continuous_actions", lambda env, pairs: tuple(pairs))  # continuous-control files
+        played[algo] = tuple(sorted(switch(opts.env, job.resolved["env_kwargs"])))
     if len(set(played.values())) > 1:
         raise ConfigError("the learners would play different envs: " + "; ".join(
             f"{a} with --env-kwargs {' '.join(k) or '(none)'}" for a, k in played.items()) + " (continuous-control "
             "files switch continuous_actions on by default); give the env's arguments after '--' for all of them, "
             "e.g. -- --env-kwargs continuous_actions=false")
+    env_kwargs = next(iter(played.values()))  # what every learner plays, and so every match of the league
+    seeded: Dict[str, List[str]] = {}
+    for pair in opts.pool:
+        side, _, path = pair.partition("=")
+        if side not in sides or not path:
+            raise ConfigError(f"--pool takes SIDE=RUN with SIDE one of {', '.join(sides)}, got {pair!r}")
+        learned = league.run_sides(path)
+        if (learned["env"], learned["env_kwargs"]) != (opts.env, env_kwargs) or side not in learned["sides"]:
+            raise ConfigError(f"--pool {pair}: that run played {learned['env']} with --env-kwargs "
+                              f"{' '.join(learned['env_kwargs']) or '(none)'} and learned {learned['sides']}; the "
+                              f"league plays {opts.env} with {' '.join(env_kwargs) or '(none)'}")
+        seeded.setdefault(side, []).append(path)
     state_path = os.path.join(folder, "league.json")
     state = league.open_league(state_path, settings, seeded)
     if opts.dry_run:
@@ -1204,9 +1206,6 @@ def league_command(argv: List[str]) -> dict:
               + f"; phase {done + 1} would train {names[done % 2]} against the {names[(done + 1) % 2]} pool ("
               + ", ".join(m["name"] for m in state["pool"][names[(done + 1) % 2]]) + ")")
         return {}
-    first = sides[names[0]][0]
-    env_kwargs = parse_args(importlib.import_module(f"algos.{first}").Args,
-                            [*extra, *own_flags.get(first, []), "--env", opts.env]).env_kwargs
     for k in range(1, opts.phases + 1):
         if k <= len(state["phases"]) and state["phases"][k - 1]["done"]:
             continue
@@ -1256,6 +1255,10 @@ def league_command(argv: List[str]) -> dict:
         phase["done"] = True
         write_json_atomic(state_path, state)
     members = {m["name"]: m["path"] for side in names for m in state["pool"][side]}
+    for phase in state["phases"]:  # every learner's last run plays too, snapshot or not (--snapshot-every)
+        for p in phase["plan"]:
+            if p.get("run") == state["last"].get(f"{phase['side']}/{p['algo']}") and p["run"] not in members.values():
+                members[f"{p['algo']}@{phase['phase']}"] = p["run"]
     with signals_to(_stop_now):
         table = league.crossplay(members, opts.games, opts.seed)
     result = write_crossplay(table, os.path.join(folder, "crossplay"), opts.bootstrap, opts.seed)

@@ -233,8 +233,10 @@ class Teams:
 
     def payload(self, **nets: nn.Module) -> dict:
         """The checkpoint entries that let `--load-group` take one group out of this run: the
-        agents, their groups and, for each network saved under that key, its per-agent rows."""
-        return {"agents": self.agents, "agent_groups": self.agent_groups,
+        agents, their groups, the groups this run trained (what it can play in a cross-play) and,
+        for each network saved under that key, its per-agent rows."""
+        trained = [g for g, members in self.members.items() if self.trained_list[members[0]]]
+        return {"agents": self.agents, "agent_groups": self.agent_groups, "trained_groups": trained,
                 "agent_rows": {key: agent_rows(net) for key, net in nets.items()}}
 
     def load_weights(self, nets: Dict[str, nn.Module], value_norm: Optional[nn.Module] = None) -> None:

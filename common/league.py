@@ -36,10 +36,12 @@ def run_sides(path: str) -> dict:
     args = ckpt["args"]
     if "agents" not in ckpt:
         raise ConfigError(f"{path}: the checkpoint records no agents (written before groups existed); train it again")
-    groups = list(dict.fromkeys(ckpt["agent_groups"]))
-    loaded = {pair.partition("=")[0] for pair in args.get("load_group", ())}
-    learned = list(args.get("train_groups") or [g for g in groups if g not in loaded])  # a loaded side: not its own
-    return {"env": str(args["env"]), "env_kwargs": tuple(args.get("env_kwargs", ())), "algo": ckpt["algo"],
+    if "trained_groups" in ckpt:
+        learned = list(ckpt["trained_groups"])
+    else:  # written before checkpoints recorded it: a side loaded from another run is taken as not its own
+        loaded = {pair.partition("=")[0] for pair in args.get("load_group", ())}
+        learned = list(args.get("train_groups") or [g for g in dict.fromkeys(ckpt["agent_groups"]) if g not in loaded])
+    return {"env": str(args["env"]), "env_kwargs": tuple(sorted(args.get("env_kwargs", ()))), "algo": ckpt["algo"],
             "sides": learned}
 
 
@@ -61,10 +63,11 @@ def check_members(members: Dict[str, str]) -> dict:
 
 @torch.no_grad()
 def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games: int, seed: int = 0,
-         copies: int = 50) -> np.ndarray:
+         copies: int = 50, max_steps: int = 10_000) -> np.ndarray:
     """`games` episodes with side `group` played by `lineup[group]` (a run path, or RANDOM; sides not
     in the lineup play at random). Returns (games, G): each side's return (its agents' rewards
-    summed over the episode), sides in the env's group order."""
+    summed over the episode), sides in the env's group order. An episode still going after
+    `max_steps` steps (Go between players that never pass) stops the match with an error."""
     from envs import make_env, parse_env_kwargs
 
     env = make_env(env_name, min(copies, games), seed, parse_env_kwargs(env_kwargs))
@@ -83,7 +86,12 @@ def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games
     states = [p.net.initial_state(E) for p in policies]
     starts = torch.ones(E, len(agents))
     results: List[np.ndarray] = []
+    length = np.zeros(E, np.int64)
     while len(results) < games:
+        if length.max() > max_steps:
+            raise ConfigError(f"{env_name}: an episode of {' against '.join(lineup.values())} has gone on for "
+                              f"{max_steps} steps without ending (policies that never pass, in Go?); the cross-play "
+                              "stops here")
         obs_t = torch.as_tensor(obs).cpu()
         mask_t = None if mask is None else torch.as_tensor(mask).cpu()
         actions = torch.as_tensor(env.sample_actions(rng)).cpu()
@@ -92,6 +100,7 @@ def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games
             actions = torch.where(policy.rows(actions), theirs.to(actions.dtype), actions)
         step = env.step(actions)
         done = torch.as_tensor(step.done).cpu().bool()
+        length = np.where(done.numpy(), 0, length + 1)
         if done.any():
             returns = torch.as_tensor(step.episode_return).cpu().float()[done] @ side_of_agent  # (ended, G)
             results += list(returns.numpy())
@@ -114,6 +123,9 @@ def crossplay(members: Dict[str, str], games: int, seed: int = 0, log=print) -> 
         raise ConfigError(f"{info['env']} has {len(sides)} sides ({', '.join(sides)}); a cross-play table is between "
                           "two sides")
     players = [[m for m, s in info["sides"].items() if s is None or side in s] for side in sides]
+    for m, s in info["sides"].items():
+        if s is not None and not set(s) & set(sides):
+            log(f"{m} plays in no cross-play pairing: it learned none of the sides {', '.join(sides)}")
     for side, those in zip(sides, players):
         if not those:
             raise ConfigError(f"no member plays {side}: the runs learned {info['sides']}")
@@ -171,7 +183,9 @@ def elo(table: dict, samples: int = 200, seed: int = 0) -> Dict[str, tuple]:
     players = sorted({f"{c['side_0']}/{sides[0]}" for c in table["cells"]}
                      | {f"{c['side_1']}/{sides[1]}" for c in table["cells"]})
     index = {p: i for i, p in enumerate(players)}
-    scores = outcomes(table)
+    # A pairing whose games are all one game (greedy players in a game without chance) is one game of evidence.
+    scores = [s[:1] if np.all(np.asarray(c["returns"]) == np.asarray(c["returns"])[0]) else s
+              for c, s in zip(table["cells"], outcomes(table))]
     pairs = [np.tile([index[f"{c['side_0']}/{sides[0]}"], index[f"{c['side_1']}/{sides[1]}"]], (len(s), 1))
              for c, s in zip(table["cells"], scores)]
     rating = fit_ratings(np.concatenate(pairs), np.concatenate(scores), len(players))
@@ -228,10 +242,12 @@ def league_sides(entries: Sequence[str], env_name: str) -> Dict[str, List[str]]:
         if side not in sides:
             raise ConfigError(f"--side {entry}: {env_name} has the sides {', '.join(sides)}")
         learners[side] = algos.split(",")
+        if len(set(learners[side])) < len(learners[side]):
+            raise ConfigError(f"--side {entry}: an algorithm appears twice; a side has one learner per algorithm")
     if len(sides) != 2 or set(learners) != set(sides):
         raise ConfigError(f"a league trains both sides of an env of two: give --side for each of "
                           f"{', '.join(sides)} ({env_name})")
-    return {side: learners[side] for side in sides}
+    return learners  # in the order given: phase 1 trains the first
 
 
 def open_league(path: str, settings: dict, seeded: Dict[str, List[str]]) -> dict:

@@ -110,6 +110,14 @@ class AECVecEnv:
             self.acting[i, self.agents.index(mover)] = True
         self._state[i] = np.concatenate([self._obs[i, n][sl].reshape(-1) for n, sl in enumerate(self._slices)])
 
+    def _collect(self, env, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """Add one AEC step's rewards and end flags to a copy's row (N,), read at once: the pass of an agent
+        out of the game (`_was_dead_step`) removes its entries and clears the rewards."""
+        for n, agent in enumerate(self.agents):
+            reward[n] += env.rewards.get(agent, 0.0)
+            terminated[n] |= env.terminations.get(agent, False)
+            truncated[n] |= env.truncations.get(agent, False)
+
     @staticmethod
     def _over(env) -> bool:
         return not env.agents or all(env.terminations[a] or env.truncations[a] for a in env.agents)
@@ -146,12 +154,11 @@ class AECVecEnv:
             alive[i] = [a in env.agents for a in self.agents]
             mover = self.agents.index(env.agent_selection)
             env.step(int(actions[i, mover]))
+            self._collect(env, reward[i], terminated[i], truncated[i])
             while env.agents and not self._over(env) and (env.terminations[env.agent_selection]
                                                          or env.truncations[env.agent_selection]):
                 env.step(None)  # an agent out of the game passes (AEC's rule), until a live one moves
-            reward[i] = [env.rewards.get(a, 0.0) for a in self.agents]
-            terminated[i] = [env.terminations.get(a, False) for a in self.agents]
-            truncated[i] = [env.truncations.get(a, False) for a in self.agents]
+                self._collect(env, reward[i], terminated[i], truncated[i])
             self._ep_return[i] += reward[i]
             self._ep_length[i] += 1
             self._read(i, env)

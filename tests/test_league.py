@@ -194,3 +194,34 @@ def test_league_learners_must_play_one_env(tmp_path):
                            timeout=120)
     assert wrong.returncode == 2 and "--algo-flags takes ALGO=FLAGS for a learner" in wrong.stderr
     assert not (tmp_path / "l").exists()
+
+
+def test_a_pairing_of_one_repeated_game_counts_once():
+    """Greedy players in a game without chance play one game over and over: 200 copies of it are one
+    game of evidence for the ratings, not 200."""
+    won = {"sides": ["a", "b"], "cells": [{"side_0": "x", "side_1": "y", "returns": [[1, -1]] * 200}]}
+    once = {"sides": ["a", "b"], "cells": [{"side_0": "x", "side_1": "y", "returns": [[1, -1]]}]}
+    assert league.elo(won, samples=10) == league.elo(once, samples=10)
+    varied = {"sides": ["a", "b"], "cells": [{"side_0": "x", "side_1": "y", "returns": [[1, -1]] * 199 + [[0, 0]]}]}
+    rating = league.elo(varied, samples=10)
+    assert rating["x/a"][0] - rating["y/b"][0] > league.elo(won, samples=10)["x/a"][0] - 1000 > 0
+
+
+def test_a_match_that_does_not_end_stops_with_an_error(runs):
+    with pytest.raises(league.ConfigError, match="without ending"):
+        league.play("classic:tictactoe", (), {"player_1": runs["both"], "player_2": league.RANDOM}, 4, max_steps=3)
+
+
+def test_league_sides_one_learner_per_algorithm():
+    with pytest.raises(league.ConfigError, match="appears twice"):
+        league.league_sides(["player_1=ippo,ippo", "player_2=mappo"], "classic:tictactoe")
+    assert list(league.league_sides(["player_2=mappo", "player_1=ippo"], "classic:tictactoe")) == [
+        "player_2", "player_1"]  # the order given: phase 1 trains player_2
+
+
+def test_every_learner_plays_the_final_crossplay_whatever_the_snapshot_schedule(tmp_path):
+    folder = tmp_path / "league"
+    out = league_cli(folder, "--phases", "2", "--snapshot-every", "2")
+    assert out.returncode == 0, out.stderr
+    table = json.load(open(folder / "crossplay" / "crossplay.json"))
+    assert {"ippo@1", "ippo@2", "mappo@2", "random"} == set(table["members"])
