@@ -1148,9 +1148,6 @@ def league_command(argv: List[str]) -> dict:
                                                                  "say what phase 1 would run; run and write nothing")
     parser.add_argument(DEBUG_FLAG, action="store_true", help="print tracebacks (or MARL_DEBUG=1)")
     opts = parser.parse_args(own)
-    for flag in (*PER_RUN_FLAGS, *LEAGUE_FLAGS):
-        if any(a == flag or a.startswith(flag + "=") for a in extra):
-            parser.error(f"{flag} is set by the league for every run; give the league's options before '--'")
     for name in ("phases", "phase_steps", "snapshot_every", "games"):
         if getattr(opts, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -1167,8 +1164,8 @@ def league_command(argv: List[str]) -> dict:
                               f"({', '.join(dict.fromkeys(a for algos in sides.values() for a in algos))}), got {pair!r}")
         own_flags[algo] = own_flags.get(algo, []) + shlex.split(flags)
     for flag in (*PER_RUN_FLAGS, *LEAGUE_FLAGS):
-        if any(a == flag or a.startswith(flag + "=") for flags in own_flags.values() for a in flags):
-            parser.error(f"{flag} is set by the league for every run")
+        if any(a == flag or a.startswith(flag + "=") for a in [*extra, *itertools.chain(*own_flags.values())]):
+            parser.error(f"{flag} is set by the league for every run; give the league's options before '--'")
     folder = opts.league_dir or os.path.join("runs", "league", safe_name(opts.env))
     names = list(sides)
     settings = {"env": opts.env, "sides": sides, "phase_steps": opts.phase_steps, "opponents": opts.opponents,

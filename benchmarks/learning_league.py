@@ -23,6 +23,8 @@ import sys
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from common.run_utils import write_json_atomic  # noqa: E402
 
 
 def difference_interval(a: np.ndarray, b: np.ndarray, rng, samples: int = 2000) -> tuple:
@@ -112,9 +114,7 @@ def main(argv=None):
             subprocess.run(command, check=True, cwd=REPO)
             table = json.load(open(os.path.join(folder, "crossplay", "crossplay.json")))
             league = json.load(open(os.path.join(folder, "league.json")))
-            with open(path + ".tmp", "w") as f:
-                json.dump({**summarise(table, league, seed), "command": command}, f, indent=1)
-            os.replace(path + ".tmp", path)
+            write_json_atomic(path, {**summarise(table, league, seed), "command": command})
     return report(opts)
 
 

@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.game_opponents import GAMES  # noqa: E402
 from common.cli import saved_args  # noqa: E402
-from common.run_utils import greedy_eval, load_checkpoint  # noqa: E402
+from common.run_utils import greedy_eval, load_checkpoint, write_json_atomic  # noqa: E402
 from envs import make_env, parse_env_kwargs  # noqa: E402
 
 BARS = {"tictactoe": ("perfect_varied", "loss", 0.02), "connect_four": ("win_or_block", "win", 0.90)}
@@ -149,9 +149,7 @@ def main(argv=None):
                 continue
             result = score(opts, seed, train(opts, seed, extra))
             result["extra_flags"] = extra
-            with open(path + ".tmp", "w") as f:
-                json.dump(result, f, indent=1)
-            os.replace(path + ".tmp", path)
+            write_json_atomic(path, result)
     return report(opts)
 
 

@@ -15,6 +15,7 @@ A game's outcome for side 0: in a zero-sum game (every game's returns sum to 0) 
 0's return; otherwise (simple_tag) whether side 0's return is above or below the median of side 0's
 returns over the whole table (equal: a draw), so that ratings compare members on one scale.
 """
+import json
 import os
 from itertools import product
 from typing import Dict, List, Optional, Sequence
@@ -26,6 +27,7 @@ from common.cli import ConfigError
 from common.groups import LoadedPolicy, agent_names, assign_groups, loaded_run
 from common.run_utils import load_checkpoint
 from common.turns import check_turns
+from envs import make_env, parse_env_kwargs
 
 RANDOM = "random"
 
@@ -68,8 +70,6 @@ def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games
     in the lineup play at random). Returns (games, G): each side's return (its agents' rewards
     summed over the episode), sides in the env's group order. An episode still going after
     `max_steps` steps (Go between players that never pass) stops the match with an error."""
-    from envs import make_env, parse_env_kwargs
-
     env = make_env(env_name, min(copies, games), seed, parse_env_kwargs(env_kwargs))
     agents = agent_names(env)
     names, group_of_agent = assign_groups(agents, (), env_name)
@@ -109,16 +109,24 @@ def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games
     return np.stack(results[:games])
 
 
+def env_sides(env_name: str, env_kwargs: Sequence[str] = (), algos: Sequence[str] = ()) -> List[str]:
+    """The env's sides (its default groups), from one copy of it; in a turn-based game, each of
+    `algos` must be a file that learns from each agent's moves (`check_turns`)."""
+    probe = make_env(env_name, 1, 0, parse_env_kwargs(env_kwargs))
+    try:
+        for algo in algos:
+            check_turns(probe, algo, env_name)
+        return assign_groups(agent_names(probe), (), env_name)[0]
+    finally:
+        probe.close()
+
+
 def crossplay(members: Dict[str, str], games: int, seed: int = 0, log=print) -> dict:
     """Every member that plays side 0 against every member that plays side 1 (RANDOM plays both),
     `games` episodes each, in an env of two sides. Returns the table: {"env", "env_kwargs",
     "sides", "members", "cells": [{"side_0": member, "side_1": member, "returns": (games, 2)}]}."""
     info = check_members(members)
-    from envs import make_env, parse_env_kwargs
-
-    probe = make_env(info["env"], 1, seed, parse_env_kwargs(info["env_kwargs"]))
-    sides, _ = assign_groups(agent_names(probe), (), info["env"])
-    probe.close()
+    sides = env_sides(info["env"], info["env_kwargs"])
     if len(sides) != 2:
         raise ConfigError(f"{info['env']} has {len(sides)} sides ({', '.join(sides)}); a cross-play table is between "
                           "two sides")
@@ -227,13 +235,8 @@ def member_name(path: str, taken: Optional[set] = None) -> str:
 def league_sides(entries: Sequence[str], env_name: str) -> Dict[str, List[str]]:
     """`--side adversary=mappo,maddpg --side agent=qmix` -> {"adversary": ["mappo", "maddpg"], "agent": ["qmix"]},
     checked against the env's two sides and the algorithm files."""
-    from envs import make_env
-
-    probe = make_env(env_name, 1, 0)
-    sides, _ = assign_groups(agent_names(probe), (), env_name)
-    for algo in {a for entry in entries for a in entry.partition("=")[2].split(",") if a}:
-        check_turns(probe, algo, env_name)  # a turn-based game: only the files that learn from moves
-    probe.close()
+    algos = dict.fromkeys(a for entry in entries for a in entry.partition("=")[2].split(",") if a)
+    sides = env_sides(env_name, algos=algos)  # a turn-based game: only the files that learn from moves
     learners = {}
     for entry in entries:
         side, sep, algos = entry.partition("=")
@@ -255,8 +258,6 @@ def open_league(path: str, settings: dict, seeded: Dict[str, List[str]]) -> dict
     snapshots (random first, then `seeded` runs, then the learners' snapshots), every learner's last
     run and every phase's plan and runs. A league.json made with other settings is an error."""
     if os.path.isfile(path):
-        import json
-
         with open(path) as f:
             state = json.load(f)
         if state["settings"] != settings:

@@ -38,12 +38,12 @@ class AgentNet(nn.Module):
 
     Agents of different true sizes (the adapters pad observations and actions to the largest,
     zeros after each agent's own): in_sizes (N,) the true width of a flat input (for several
-    inputs, a tuple with one (N,) or None per input), extra_sizes (N,) that of the extra input, out_mask (N, out_dim) True on the outputs agent n really has. With
-    separate sets, each set's network is then the network of its agents' true sizes: its first
-    layer reads only their true inputs (and the one-hot entries of its own agents), its head
-    writes only their true outputs, the padding frame of the stacked weights stays 0
-    (`nets.layers.AgentLinear`). A network shared by all agents
-    keeps the padded width (its one-hot tells the agents apart).
+    inputs, a tuple with one (N,) or None per input), extra_sizes (N,) that of the extra input,
+    out_mask (N, out_dim) True on the outputs agent n really has. With separate sets, each set's
+    network is then the network of its agents' true sizes: its first layer reads only their true
+    inputs (and the one-hot entries of its own agents), its head writes only their true outputs,
+    the padding frame of the stacked weights stays 0 (`nets.layers.AgentLinear`). A network shared
+    by all agents keeps the padded width (its one-hot tells the agents apart).
 
     forward(x (L, B, N, *in_shape) or a tuple of such tensors, state, starts (L, B, N),
             extra (L, B, N, extra_dim) or None) -> (out (L, B, N, out_dim), state)
