@@ -272,7 +272,8 @@ def agent_trpo_step(actor, d, a_state, old_dist, agent: int, factor, max_kl: flo
     theta_all = flat_params(actor, actor.net.n_agents if own_sets(actor) else 1)  # (N, P), row n = agent n; or (1, P)
     theta_old = theta_all[row:row + 1]  # (1, P)
     theta = theta_old.clone().requires_grad_(True)
-    surrogate, kl = agent_surrogate_and_kl(actor, theta, theta_all, agent, d, a_state, old_dist, factor)  # (1,) each
+    with torch.backends.cudnn.flags(enabled=False):  # F v differentiates twice; cuDNN's GRU/LSTM cannot
+        surrogate, kl = agent_surrogate_and_kl(actor, theta, theta_all, agent, d, a_state, old_dist, factor)  # (1,)s
     grad = torch.autograd.grad(surrogate.sum(), theta, retain_graph=True)[0]  # (1, P)
     kl_grad = torch.autograd.grad(kl.sum(), theta, create_graph=True)[0]  # (1, P), zero here; its derivative is F
     fvp = partial(fisher_vector_product, kl_grad, theta, damping=damping)

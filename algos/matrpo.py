@@ -269,7 +269,8 @@ def trpo_step(actor, d, a_state, max_kl: float, damping: float, cg_iters: int,
     with torch.no_grad():
         old_dist, _ = actor(d["states"], a_state, d["episode_starts"], d.get("action_masks"))
     theta = theta_old.clone().requires_grad_(True)
-    surrogate, kl = surrogate_and_kl(actor, theta, d, a_state, old_dist)  # (G,) each
+    with torch.backends.cudnn.flags(enabled=False):  # F v differentiates twice; cuDNN's GRU/LSTM cannot
+        surrogate, kl = surrogate_and_kl(actor, theta, d, a_state, old_dist)  # (G,) each
     grad = torch.autograd.grad(surrogate.sum(), theta, retain_graph=True)[0]  # (G, P)
     kl_grad = torch.autograd.grad(kl.sum(), theta, create_graph=True)[0]  # (G, P), zero here; its derivative is F
     fvp = partial(fisher_vector_product, kl_grad, theta, damping=damping)
@@ -428,7 +429,7 @@ def main(args: Args) -> dict:
             next_values = torch.where(b["episode_ends"].bool(), b["final_values"], next_values)
             values = value_norm.denormalize(b["state_values"]) if args.value_norm else b["state_values"]
             next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
-            if acting is not None:  # each agent's own moves: rewards credited to its last move; only moves are learned from
+            if acting is not None:  # each agent's own moves: rewards go to its last move; only moves are learned
                 advantages, returns, b["alive"] = turn_gae(b, values, next_values, acting, args.gamma, args.gae_lambda)
             else:
                 advantages, returns = compute_gae(b["rewards"], values, next_values, b["dones"], b["truncated"],

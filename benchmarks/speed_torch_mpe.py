@@ -91,7 +91,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200_000, help="env steps per env-only measurement")
     parser.add_argument("--algo", default="mappo", help="algorithm file to time on the torch port ('' to skip)")
     parser.add_argument("--algo-steps", type=int, default=0,
-                        help="env steps per algorithm run (default: 40 iterations of the algorithm's rollout)")
+                        help="env steps per algorithm run (default: --algo-iterations of the algorithm's rollout)")
+    parser.add_argument("--algo-iterations", type=int, default=40, help="iterations per algorithm run")
     parser.add_argument("--algo-flags", default="", help="extra algorithm flags, one quoted string")
     parser.add_argument("--torch-threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
@@ -109,7 +110,7 @@ def main() -> None:
         row = {"num_envs": E, "torch_env_sps": env_sps, "vmas_sps": vmas_sps(E, opts.steps, opts.device)}
         if opts.algo:
             module = importlib.import_module(f"algos.{opts.algo}")
-            steps = opts.algo_steps or 40 * E * getattr(module.Args(), "num_steps", 25)
+            steps = opts.algo_steps or opts.algo_iterations * E * getattr(module.Args(), "num_steps", 25)
             row[f"{opts.algo}_sps"] = algo_sps(opts.algo, E, steps, opts.device, opts.algo_flags)
         rows.append(row)
         a = row.get(f"{opts.algo}_sps")

@@ -34,6 +34,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CONFIG = os.path.join("configs", "mappo", "torch_simple_spread_fast_cpu.yaml")
 
 
+def device_name(device: str) -> str:
+    """"cpu", or the GPU's name (the card goes beside its figures)."""
+    if device != "cuda":
+        return device
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cuda (none found)"
+
+
 def first_time_at(events_dir: str, target: float, started: float):
     """(env step, seconds since `started`) of the first greedy evaluation >= target, or (None, None)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -116,7 +125,7 @@ def main(argv=None):
           f"seed: {'met' if time_met else 'NOT met'}")
     if opts.json:
         with open(opts.json, "w") as f:
-            json.dump({"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, device {opts.device}",
+            json.dump({"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, device {device_name(opts.device)}",
                        "config": opts.config, "flags": opts.flags, "target": opts.target, "runs": runs,
                        "sps_median": float(np.median(sps)), "sps_bar": opts.sps_bar, "sps_met": sps_met,
                        "minutes_bar": opts.minutes, "minutes_to_target": minutes, "time_met": time_met}, f, indent=2)

@@ -247,6 +247,27 @@ def test_wallclock_benchmark_times_a_run_and_reads_it_back(tmp_path):
     assert again["steps_to_target"] is None and again["sps"] == run["sps"]
 
 
+# ----------------------------------------------------------------------------- the GPU check (CPU fallback here)
+def test_cuda_check_runs_each_case_and_reports_refusals(tmp_path):
+    """benchmarks/cuda_check.py's cases for one file, run where there is no GPU (--cuda falls back to the
+    CPU): each case ends ok or refused, never failed; the first working run is resumed, evaluated on
+    the CPU and trained again from the same seed. ITRPO's recurrent case is the one CUDA once broke."""
+    import sys
+
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import cuda_check
+
+    rows = {r["case"]: r for r in cuda_check.check_algo("itrpo", str(tmp_path))}
+    assert {r["status"] for r in rows.values()} == {"ok"}, {c: r["detail"] for c, r in rows.items()}
+    assert "torch:simple_spread recurrent gru" in rows and "classic:tictactoe" in rows
+    first = "torch:simple_spread discrete"
+    assert {f"{first}: resume on cuda", f"{first}: evaluate on cpu"} <= set(rows)
+    assert rows[f"{first}: same seed, same losses"]["deterministic"] is True
+    refused = {r["case"]: r for r in cuda_check.check_algo("qmix", str(tmp_path))}
+    assert refused["torch:simple_spread continuous"]["status"] == "refused"
+    assert "discrete" in refused["torch:simple_spread continuous"]["detail"]
+
+
 # ----------------------------------------------------------------------------- LBF bars, each within its own budget
 def test_lbf_report_judges_each_algorithm_within_its_own_budget(tmp_path):
     """benchmarks/learning_lbf.py: QMIX's bar counts within 2M env steps (a later point is cut off)
