@@ -237,7 +237,7 @@ def main(args: Args) -> dict:
     torch.set_num_threads(args.torch_threads)
     device = pick_device(args.cuda)
     env_kwargs = parse_env_kwargs(args.env_kwargs)
-    envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device)
+    envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device, workers=args.env_workers)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
     # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.

@@ -85,6 +85,9 @@ class RunArgs:
     CPU, torch: envs on the GPU too"""
     torch_threads: int = 1
     """CPU threads for torch; the networks are small, and 1 thread leaves a core for the env"""
+    env_workers: int = 1
+    """processes that step the training env's copies, num_envs / env_workers each, with the same trajectories as
+    one (Python-stepped families: mpe2, lbf, rware, mamujoco, sisl, butterfly, magent2, classic; envs/workers.py)"""
     run_dir: str = "runs"
     """each run writes <run_dir>/<run_name>/: TensorBoard logs, args.json, checkpoint.pt, summary.json"""
     eval_every: int = 100_000
@@ -224,6 +227,7 @@ _UNIT = (lambda v: 0 <= v <= 1, "between 0 and 1")
 RANGES = {
     **{name: _AT_LEAST_1 for name in (
         "total_timesteps", "num_envs", "num_steps", "eval_episodes", "eval_num_envs", "torch_threads", "update_epochs",
+        "env_workers",
         "num_minibatches", "batch_size", "buffer_size", "chunk_len", "updates_per_iteration", "target_update_interval",
         "critic_epochs", "critic_minibatches", "cg_iters", "backtrack_iters", "policy_delay",
         "eps_anneal_steps", "hidden_dim", "hypernet_hidden", "mixer_embed_dim", "mixer_hidden", "encoder_dim",
@@ -253,6 +257,9 @@ def check_args(args) -> None:
         if value is not None and not accepted(value):
             shown = " ".join(map(str, value)) if isinstance(value, tuple) else value
             raise ConfigError(f"--{name.replace('_', '-')} must be {what}, got {shown}")
+    if getattr(args, "env_workers", 1) > getattr(args, "num_envs", math.inf):
+        raise ConfigError(f"--env-workers {args.env_workers} is more than --num-envs {args.num_envs}: each worker "
+                          "steps at least one env copy")
     if getattr(args, "render_gif", None) and not getattr(args, "evaluate_checkpoint", None):
         raise ConfigError("--render-gif needs --evaluate-checkpoint")
     if getattr(args, "track", False):

@@ -291,7 +291,7 @@ def check_env_kwargs(name: str, env_kwargs: Optional[Dict[str, Any]] = None) -> 
 
 
 def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[str, Any]] = None,
-             render_mode: Optional[str] = None, device=None):
+             render_mode: Optional[str] = None, device=None, workers: int = 1):
     """Build E copies of the named env behind the batched adapter.
 
     env_kwargs are the scenario's own arguments (for mpe2: N, max_cycles, continuous_actions,
@@ -299,8 +299,21 @@ def make_env(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[
     of the wrong type or out of range, raises EnvError before anything is built. `device` places
     a torch port's tensors (the training device, so the whole loop stays there); the PettingZoo
     adapter steps on the CPU and returns numpy arrays whatever it is. Rendering a torch port
-    builds its PettingZoo twin (same observations and dynamics), which draws frames.
+    builds its PettingZoo twin (same observations and dynamics), which draws frames. `workers` > 1
+    steps the copies of a Python-stepped family in that many processes (envs/workers.py: the same
+    trajectories, in parallel).
     """
+    if workers != 1:
+        if not 1 < workers <= num_envs:
+            raise EnvError(f"--env-workers {workers} with --num-envs {num_envs}: each worker steps at least one "
+                           f"copy, so give 2 to {num_envs} workers, or 1 for none")
+        spec = make_env(name, 1, seed, env_kwargs, render_mode, device)  # checks the name and its arguments
+        if not getattr(spec, "python_stepped", False):
+            raise EnvError(f"--env-workers steps Python-stepped envs in worker processes; {name} is stepped as "
+                           "batched tensors in this process already: leave --env-workers at 1")
+        from envs.workers import WorkerVecEnv
+
+        return WorkerVecEnv(name, num_envs, seed, env_kwargs, workers, spec)
     is_torch, bare = _split_torch(name)
     if is_torch and render_mode is not None:  # the port does not draw; its PettingZoo twin has the same dynamics
         name, is_torch = bare, False

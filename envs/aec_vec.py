@@ -45,6 +45,8 @@ class AECVecEnv:
         board: "flat" (observations flattened) or "image" (3-D observations kept as (H, W, C)).
     """
 
+    python_stepped = True  # copies stepped one after another in Python: make_env(..., workers=W) splits them
+
     turn_based = True
 
     def __init__(self, make_env: Callable[[], object], num_envs: int, seed: int = 0, board: str = "flat"):

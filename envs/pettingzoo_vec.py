@@ -85,6 +85,8 @@ class PettingZooVecEnv:
             state (nearest-neighbour downsampling: less memory and a smaller CNN); 1 keeps all.
     """
 
+    python_stepped = True  # copies stepped one after another in Python: make_env(..., workers=W) splits them
+
     def __init__(self, make_env: Callable[[], object], num_envs: int, seed: int = 0,
                  state_from_obs: bool = False, image_stride: int = 1):
         if num_envs < 1:
@@ -148,18 +150,23 @@ class PettingZooVecEnv:
             )
         self.action_dim_mask = self._pad_mask  # (N, n_actions or act_dim), True where real
 
+        # The state's shape and whether infos carry action masks are read from one more copy, reset and
+        # closed here, so that the copies themselves start untouched: some envs (LBF) do not reset to the
+        # same episode from the same seed after an earlier reset, and copy i must depend on seed + i alone.
+        probe = make_env()
+        _, infos = probe.reset(seed=seed)
         self.state_from_obs = state_from_obs
         if not state_from_obs:
             try:  # PettingZoo's ParallelEnv defines state() but raises where the env has none
-                env0.reset(seed=seed)
-                self.state_shape = self._state_view(env0.state()).shape
+                self.state_shape = self._state_view(probe.state()).shape
             except (NotImplementedError, AttributeError):
                 self.state_from_obs = True
         if self.state_from_obs:
             self.state_shape = (sum(self.obs_dims),)
         self.state_dim = int(np.prod(self.state_shape))
-
-        self.has_action_mask = self.discrete and (self._dict_obs or self._probe_info_mask())
+        info_masks = any(isinstance(i, dict) and "action_mask" in i for i in infos.values())
+        self.has_action_mask = self.discrete and (self._dict_obs or info_masks)
+        probe.close()
         E, N = num_envs, self.n_agents
         self._obs = np.zeros((E, N, *self.obs_shape), self.obs_dtype)
         self._state = np.zeros((E, self.state_dim), np.float32)
@@ -167,10 +174,6 @@ class PettingZooVecEnv:
         self._ep_return = np.zeros((E, N), np.float32)
         self._ep_length = np.zeros(E, np.int64)
         self._started = False
-
-    def _probe_info_mask(self) -> bool:
-        _, infos = self.envs[0].reset(seed=self.seed)
-        return any(isinstance(i, dict) and "action_mask" in i for i in infos.values())
 
     def _state_view(self, state) -> np.ndarray:
         """env.state() as the adapter keeps its shape: an image state downsampled like the observations."""
