@@ -247,6 +247,31 @@ def test_wallclock_benchmark_times_a_run_and_reads_it_back(tmp_path):
     assert again["steps_to_target"] is None and again["sps"] == run["sps"]
 
 
+# ----------------------------------------------------------------------------- the speed issue's profile
+def test_profile_splits_an_iteration_into_its_parts():
+    """benchmarks/profile_iteration.py times MAPPO's parts by wrapping the calls they are made of: each part
+    that a run certainly does gets time, the parts add up to the whole, and the wrappers are gone after."""
+    import sys
+
+    import torch
+
+    import nets
+
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import profile_iteration
+
+    forward, backward = nets.Actor.forward, torch.Tensor.backward
+    result = profile_iteration.main(["--flags", "--env torch:simple_spread --num-envs 4 --num-steps 5 "
+                                     "--total-timesteps 40 --eval-episodes 1 --eval-num-envs 1 --hidden-sizes 8 --no-cuda"])
+    ms = result["ms_per_iteration"]
+    assert result["iterations"] == 2
+    for part in ("env step", "actor forward, rollout", "critic forward, rollout", "storage", "GAE",
+                 "actor forward, update", "backward", "optimiser"):
+        assert ms[part] > 0, part
+    assert sum(ms.values()) * result["iterations"] / 1000 == pytest.approx(result["total_s"])
+    assert nets.Actor.forward is forward and torch.Tensor.backward is backward
+
+
 # ----------------------------------------------------------------------------- the GPU check (CPU fallback here)
 def test_cuda_check_runs_each_case_and_reports_refusals(tmp_path):
     """benchmarks/cuda_check.py's cases for one file, run where there is no GPU (--cuda falls back to the
