@@ -213,7 +213,7 @@ def main(args: Args) -> dict:
     teams.load_weights({"q_net": agents})  # --load-group from an IQL run: copy its agents' weights
     target_agents = copy.deepcopy(agents)
     params = list(agents.parameters())
-    optimizer = torch.optim.Adam(params, lr=args.learning_rate, foreach=True)  # multi-tensor step
+    optimizer = torch.optim.Adam(params, lr=args.learning_rate, fused=True)  # one kernel for every tensor
     # Running scale of the rewards (only it is used), one per group where there are several: rivals' never pool
     reward_norm = ValueNorm(groups=teams.group_of_agent if len(teams.names) > 1 else None).to(device)
     # One stored "episode" holds E copies, so the replay keeps buffer_size // E of them.

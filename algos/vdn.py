@@ -204,7 +204,7 @@ def main(args: Args) -> dict:
     teams.load_weights({"q_net": agents})  # --load-group from a VDN run: copy its agents' weights
     target_agents, target_mixer = copy.deepcopy(agents), copy.deepcopy(mixer)
     params = list(agents.parameters()) + list(mixer.parameters())
-    optimizer = torch.optim.Adam(params, lr=args.learning_rate, foreach=True)  # multi-tensor step
+    optimizer = torch.optim.Adam(params, lr=args.learning_rate, fused=True)  # one kernel for every tensor
     # Running scale of each team's reward (rivals' rewards are never pooled); one team: scalar, as always
     reward_norm = ValueNorm(groups=list(range(K)) if K > 1 else None).to(device)
     # One stored "episode" holds E copies, so the replay keeps buffer_size // E of them.

@@ -29,6 +29,15 @@ def _flat(qs: torch.Tensor, state: torch.Tensor):
     return qs.reshape(-1, qs.shape[-1]), state.reshape(-1, state.shape[-1]), lead
 
 
+def _mix(qs: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
+    """The two-layer mixing network of QMIX on B rows: qs (B, N), w1 (B, N, embed), b1 (B, embed),
+    w2 (B, embed), b2 (B, 1) -> q_tot (B, 1) = elu(qs w1 + b1) w2 + b2. Each row's product is a
+    broadcast multiply and a sum, not torch.bmm: B products of (1, N) by (N, embed) cost bmm about
+    three times as much on the CPU, forward and backward."""
+    hidden = F.elu((qs.unsqueeze(-1) * w1).sum(-2) + b1)  # (B, embed)
+    return (hidden * w2).sum(-1, keepdim=True) + b2  # (B, 1)
+
+
 class VDNMixer(nn.Module):
     """Q_tot = sum_i Q_i. The state is accepted (and ignored) so every mixer has one signature."""
 
@@ -57,11 +66,8 @@ class QMixer(nn.Module):
         B = qs.shape[0]
         # abs() makes every mixing weight non-negative: dQ_tot/dQ_i >= 0 (monotonicity).
         w1 = self.hyper_w1(state).abs().view(B, self.n_agents, self.embed_dim)  # (B, N, embed)
-        b1 = self.hyper_b1(state).view(B, 1, self.embed_dim)  # (B, 1, embed)
-        hidden = F.elu(torch.bmm(qs.unsqueeze(1), w1) + b1)  # (B, 1, embed)
-        w2 = self.hyper_w2(state).abs().view(B, self.embed_dim, 1)  # (B, embed, 1)
-        b2 = self.hyper_b2(state).view(B, 1, 1)  # state-dependent bias V(s)
-        return (torch.bmm(hidden, w2) + b2).view(lead)
+        w2 = self.hyper_w2(state).abs()  # (B, embed)
+        return _mix(qs, w1, self.hyper_b1(state), w2, self.hyper_b2(state)).view(lead)  # b2: state-dependent V(s)
 
 
 class QPLEXMixer(nn.Module):
@@ -116,13 +122,8 @@ class NonMonotonicMixer(QMixer):
 
     def forward(self, qs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         qs, state, lead = _flat(qs, state)
-        B = qs.shape[0]
-        w1 = self.hyper_w1(state).view(B, self.n_agents, self.embed_dim)  # (B, N, embed), any sign
-        b1 = self.hyper_b1(state).view(B, 1, self.embed_dim)
-        hidden = F.elu(torch.bmm(qs.unsqueeze(1), w1) + b1)  # (B, 1, embed)
-        w2 = self.hyper_w2(state).view(B, self.embed_dim, 1)  # (B, embed, 1), any sign
-        b2 = self.hyper_b2(state).view(B, 1, 1)
-        return (torch.bmm(hidden, w2) + b2).view(lead)
+        w1 = self.hyper_w1(state).view(qs.shape[0], self.n_agents, self.embed_dim)  # (B, N, embed), any sign
+        return _mix(qs, w1, self.hyper_b1(state), self.hyper_w2(state), self.hyper_b2(state)).view(lead)  # any sign
 
 
 class PerGroup(nn.Module):

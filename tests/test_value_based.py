@@ -165,6 +165,72 @@ def test_replay_padding_lines_up_with_stored_episodes():
     assert len(again.episodes) == 2 and torch.equal(again.episodes[1]["rewards"][1][4], buf.episodes[1]["rewards"][1][4])
 
 
+def test_replayed_utilities_equal_acting_step_by_step(monkeypatch):
+    """What every gradient step computes: the agents' utilities over whole drawn episodes (padded to the
+    longest drawn one, each episode's final observation after its last step) in one call of the fused
+    GRU. They must equal the utilities of acting through the episode one step at a time, the previous
+    action carried in the state, on every real step and at the final observation."""
+    from buffers import MultiAgentRolloutBuffer
+    from nets.recurrent import RecurrentCore
+
+    torch.manual_seed(0)
+    N, A, D, E = 2, 4, 3, 2
+    policy = QPolicy(obs_dim=D, n_actions=A, n_agents=N, hidden_dim=16, recurrent="gru", last_action_input=True)
+    buf = MultiAgentRolloutBuffer(N, capacity=10)
+    for T in (3, 6, 4):  # episodes of different lengths: a batch is padded to its longest
+        buf.reset_current_episode()
+        for _ in range(T):
+            buf.add_transition(states=torch.randn(E, N, D), actions=torch.randint(A, (E, N)),
+                               rewards=torch.randn(E, N), next_states=torch.randn(E, N, D),
+                               dones=torch.zeros(E, N), valid=torch.ones(E, N))
+        buf.end_episode()
+    b = buf.sample_episodes(8, torch.Generator().manual_seed(2))
+    b = {k: v.transpose(0, 1) for k, v in b.items()}  # (T, B, N, ...) as in the files
+    lengths = b["filled"].sum(0).long()  # (B,)
+    T, B = b["filled"].shape
+    assert T == int(lengths.max())  # padding trimmed to the longest drawn episode
+    obs_all = REFERENCE.with_final_step(b["states"], b["next_states"], lengths)  # (T+1, B, N, D)
+    actions = b["actions"].long()
+    last_all = torch.cat([torch.zeros(1, B, N, A), torch.nn.functional.one_hot(actions, A).float()])
+    starts_all = torch.zeros(T + 1, B, N)
+    starts_all[0] = 1.0
+    original, fused = RecurrentCore._fused, []
+
+    def counted(self, *args):
+        fused.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(RecurrentCore, "_fused", counted)
+    q_all, _ = policy.q_values(obs_all, last_all, policy.net.initial_state(B), starts_all)  # (T+1, B, N, A)
+    assert fused  # one call of torch's GRU over the whole batch, no loop over steps
+    for seq in range(B):
+        state, starts = policy.initial_state(1), torch.ones(1, 1, N)
+        for t in range(int(lengths[seq]) + 1):
+            greedy, state = policy(obs_all[t:t + 1, seq:seq + 1], state, starts)
+            torch.testing.assert_close(q_all[t, seq], greedy.q[0, 0], rtol=1e-5, atol=1e-5)
+            if t < lengths[seq]:
+                state = policy.remember(state, actions[t, seq:seq + 1])
+            starts = torch.zeros(1, 1, N)
+
+
+def test_speed_benchmark_times_each_part_of_a_gradient_step():
+    """benchmarks/speed_value_based.py times the file's own update by wrapping the calls it is made of:
+    each part that QMIX's gradient step certainly does gets time, the parts fit in the step, and the
+    wrappers are gone after."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import speed_value_based
+
+    q_values, backward = QPolicy.q_values, torch.Tensor.backward
+    (row,) = speed_value_based.main(["--algos", "qmix", "--iterations", "1", "--algo-flags",
+                                     "--num-envs 2 --batch-size 2 --updates-per-iteration 2 --hidden-dim 8"])
+    assert row["gradient_steps"] == 2 and row["loop_sps"] > 0
+    assert all(row[part] > 0 for part in speed_value_based.PARTS)
+    assert sum(row[part] for part in speed_value_based.PARTS) <= row["step"]  # two steps: medians are means
+    assert QPolicy.q_values is q_values and torch.Tensor.backward is backward
+
+
 # ---------------------------------------------------------------------------- learning
 @pytest.mark.parametrize("algo", ["vdn", "qmix"])
 def test_learns_the_optimal_joint_action_of_a_matrix_game(algo, tmp_path):
