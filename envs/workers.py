@@ -1,19 +1,21 @@
-"""E copies of a Python-stepped env split over W worker processes: one batched shape, stepped in parallel.
+"""E copies of a Python-stepped env split into W blocks stepped at once: one batched shape, several cores.
 
     env = make_env("mamujoco:HalfCheetah-2x3", num_envs=16, seed=1, workers=2)   # or --env-workers 2
 
 The families that step in Python (mpe2, LBF, RWARE, MaMuJoCo, SISL, butterfly, MAgent2, the classic
 games) step their copies one after another, so one process uses one core however many the machine
-has. Here worker w holds copies [start_w, start_w + E_w) in the family's own in-process adapter, built
-with seed + start_w, so that copy i is seeded with seed + i exactly as in one process: the same
-copies, seeds and order, hence the same trajectories (tests/test_env_workers.py). Each step the
-actions go to the workers through pipes; each worker steps its copies and writes what the step
-returns (observations, rewards, end flags, final observations, masks, ...) into arrays in shared
-memory, which this process reads back. Auto-reset and final observations are the adapter's own.
+has. Here the copies are split into W contiguous blocks: this process steps the first itself and one
+spawned worker process each of the others, every block in the family's own in-process adapter built
+with seed + its first index, so that copy i is seeded with seed + i exactly as in one process: the
+same copies, seeds and order, hence the same trajectories (tests/test_env_workers.py). Each step the
+actions go to the workers through pipes, this process steps its own block meanwhile, and every block
+writes what its step returned (observations, rewards, end flags, final observations, masks, whose
+move it is) into arrays in shared memory, which are then read back. Auto-reset and final
+observations are the adapter's own.
 
-It pays where the env step dominates (MaMuJoCo, RWARE, MAgent2); for cheap envs (mpe2 with small
-networks) the pipes' round trip can cost more than the step. The torch ports, VMAS and the matrix
-game are batched tensor envs already and refuse workers.
+It pays where the env step dominates the loop (mpe2, RWARE, MaMuJoCo with many copies); each step
+costs a round trip through the pipes (a fraction of a millisecond), so cheap steps of few copies gain
+little. The torch ports, VMAS and the matrix game are batched tensor envs already and refuse workers.
 """
 import traceback
 import weakref
@@ -54,8 +56,22 @@ def _views(blocks: Dict[str, SharedMemory], layout: Dict[str, tuple]) -> Dict[st
     return {k: np.ndarray(shape, dtype, buffer=blocks[k].buf) for k, (shape, dtype) in layout.items()}
 
 
+def _run(env, command: str, data, rows: Dict[str, np.ndarray]) -> None:
+    """Reset or step one block of copies, writing what it returns into the block's rows of the shared arrays."""
+    if command == "step":
+        out = env.step(data)
+        for k, view in rows.items():
+            view[:] = getattr(out, k)
+    else:  # "reset"
+        for k, value in zip(RESET_FIELDS, env.reset()):
+            if value is not None:
+                rows[k][:] = value
+        if "acting" in rows:
+            rows["acting"][:] = env.acting
+
+
 def _serve(conn, name: str, count: int, seed: int, env_kwargs: dict, layout: dict, names: dict, start: int) -> None:
-    """A worker: build the copies [start, start + count) and step them on request until "close"."""
+    """A worker: build the copies [start, start + count) and reset or step them on request until "close"."""
     try:
         from envs import make_env  # in the worker (spawned: a fresh interpreter)
 
@@ -68,32 +84,20 @@ def _serve(conn, name: str, count: int, seed: int, env_kwargs: dict, layout: dic
         return
     while True:
         command, data = conn.recv()
+        if command == "close":
+            env.close()
+            conn.send(None)
+            return
         try:
-            if command == "step":
-                out = env.step(data)
-                for k, view in rows.items():
-                    view[:] = getattr(out, k)
-                reply = None
-            elif command == "reset":
-                for k, value in zip(RESET_FIELDS, env.reset()):
-                    if value is not None:
-                        rows[k][:] = value
-                if "acting" in rows:
-                    rows["acting"][:] = env.acting
-                reply = None
-            elif command == "render":
-                reply = env.render()
-            else:  # "close"
-                env.close()
-                conn.send(None)
-                return
+            _run(env, command, data, rows)
+            conn.send(None)
         except Exception:  # noqa: BLE001
-            reply = RuntimeError(traceback.format_exc())
-        conn.send(reply)
+            conn.send(RuntimeError(traceback.format_exc()))
 
 
 class WorkerVecEnv:
-    """The batched env of `name` with its E copies stepped in `workers` processes.
+    """The batched env of `name` with its E copies split into `workers` blocks: this process steps the
+    first block itself, one worker process each of the others, all at once.
 
     It has every attribute of the in-process adapter (spaces, sizes, masks, `turn_based`), read from
     a one-copy twin built here, and the same reset/step/action_mask/sample_actions/render/close.
@@ -101,6 +105,8 @@ class WorkerVecEnv:
 
     def __init__(self, name: str, num_envs: int, seed: int, env_kwargs: Optional[Dict[str, Any]], workers: int,
                  spec):
+        from envs import make_env
+
         self._spec, self.num_envs, self.workers = spec, num_envs, workers
         spec.reset()
         probe = spec.step(spec.sample_actions(np.random.default_rng(0)))
@@ -110,10 +116,12 @@ class WorkerVecEnv:
                         for k, (s, d) in layout.items()}
         self._views = _views(self._blocks, layout)
         self.acting = self._views["acting"].copy() if "acting" in layout else None
+        blocks = split(num_envs, workers)
+        self._slices = [slice(start, start + count) for start, count in blocks]
         context = get_context("spawn")  # a fresh interpreter: no torch threads or open files forked
         self._conns, self._procs = [], []
         names = {k: b.name for k, b in self._blocks.items()}
-        for start, count in split(num_envs, workers):
+        for start, count in blocks[1:]:
             parent, child = context.Pipe()
             proc = context.Process(target=_serve, args=(child, name, count, seed, env_kwargs or {}, layout, names,
                                                         start), daemon=True)
@@ -121,7 +129,8 @@ class WorkerVecEnv:
             self._conns.append(parent)
             self._procs.append(proc)
         self._closer = weakref.finalize(self, _shut, self._conns, self._procs, self._blocks)
-        self._slices = [slice(start, start + count) for start, count in split(num_envs, workers)]
+        self._local = make_env(name, blocks[0][1], seed, env_kwargs)  # the first block: stepped here
+        self._local_rows = {k: v[self._slices[0]] for k, v in self._views.items()}
         for conn in self._conns:
             try:
                 error = conn.recv()
@@ -137,14 +146,14 @@ class WorkerVecEnv:
             raise AttributeError(attr)
         return getattr(self._spec, attr)
 
-    def _ask(self, command: str, data=None) -> list:
-        for conn, rows in zip(self._conns, self._slices):
+    def _ask(self, command: str, data=None) -> None:
+        """The command to every block at once: the workers' first, then this process's own block."""
+        for conn, rows in zip(self._conns, self._slices[1:]):
             conn.send((command, None if data is None else data[rows]))
-        replies = [conn.recv() for conn in self._conns]
-        for reply in replies:
-            if isinstance(reply, RuntimeError):
+        _run(self._local, command, None if data is None else data[self._slices[0]], self._local_rows)
+        for reply in [conn.recv() for conn in self._conns]:
+            if reply is not None:
                 raise RuntimeError(f"an env worker failed:\n{reply}")
-        return replies
 
     def reset(self):
         """Reset every copy (copy i with seed + i on the first call). Returns (obs, state, action_mask)."""
@@ -174,11 +183,12 @@ class WorkerVecEnv:
         return rng.uniform(-1.0, 1.0, (self.num_envs, self.n_agents, self.action_dim)).astype(np.float32)
 
     def render(self) -> np.ndarray:
-        """A frame of copy 0 (the env must be built with render_mode='rgb_array')."""
-        self._conns[0].send(("render", None))
-        return self._conns[0].recv()
+        """A frame of copy 0, which this process steps (the env must be built with render_mode='rgb_array')."""
+        return self._local.render()
 
     def close(self) -> None:
+        if self._closer.alive:
+            self._local.close()
         self._closer()
 
 
