@@ -17,6 +17,7 @@ It pays where the env step dominates the loop (mpe2, RWARE, MaMuJoCo with many c
 costs a round trip through the pipes (a fraction of a millisecond), so cheap steps of few copies gain
 little. The torch ports, VMAS and the matrix game are batched tensor envs already and refuse workers.
 """
+import signal
 import traceback
 import weakref
 from multiprocessing import get_context
@@ -72,6 +73,9 @@ def _run(env, command: str, data, rows: Dict[str, np.ndarray]) -> None:
 
 def _serve(conn, name: str, count: int, seed: int, env_kwargs: dict, layout: dict, names: dict, start: int) -> None:
     """A worker: build the copies [start, start + count) and reset or step them on request until "close"."""
+    # Ctrl-C reaches every process of the terminal's group: the main process saves its checkpoint and
+    # closes the workers; a worker that stopped on it would print a traceback and leave its block unstepped.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         from envs import make_env  # in the worker (spawned: a fresh interpreter)
 
@@ -151,9 +155,13 @@ class WorkerVecEnv:
         for conn, rows in zip(self._conns, self._slices[1:]):
             conn.send((command, None if data is None else data[rows]))
         _run(self._local, command, None if data is None else data[self._slices[0]], self._local_rows)
-        for reply in [conn.recv() for conn in self._conns]:
+        for conn, proc in zip(self._conns, self._procs):
+            try:
+                reply = conn.recv()
+            except EOFError:
+                reply = f"its process ended (exit code {proc.exitcode})"
             if reply is not None:
-                raise RuntimeError(f"an env worker failed:\n{reply}")
+                raise RuntimeError(f"an env worker failed: {reply}")
 
     def reset(self):
         """Reset every copy (copy i with seed + i on the first call). Returns (obs, state, action_mask)."""

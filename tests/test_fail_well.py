@@ -185,6 +185,24 @@ def test_signal_saves_checkpoint_and_summary_then_resumes(tmp_path, algo, sig, f
     assert strict_json(os.path.join(run, "summary.json"))["status"] == "finished"
 
 
+def test_ctrl_c_with_env_workers_saves_without_a_traceback(tmp_path):
+    """Ctrl-C in a terminal reaches the whole process group, the env workers too: they ignore it, the
+    main process saves its checkpoint and closes them, and nothing prints a traceback."""
+    proc = subprocess.Popen([sys.executable, "algos/mappo.py", "--env", "simple_spread", "--env-workers", "2",
+                             "--num-envs", "4", "--run-dir", str(tmp_path), "--total-timesteps", "5000000",
+                             "--eval-every", "0", "--eval-episodes", "2", "--eval-num-envs", "2", "--no-cuda"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # its own group, as a terminal's foreground job
+    wait_for_training(proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out
+    (run,) = glob.glob(str(tmp_path / "*"))
+    assert strict_json(os.path.join(run, "summary.json"))["status"] == "interrupted"
+    assert load_checkpoint(run)["global_step"] > 0
+
+
 @dataclasses.dataclass
 class _Args:
     """The fields RunRecorder reads."""
