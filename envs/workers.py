@@ -154,12 +154,16 @@ class WorkerVecEnv:
         """The command to every block at once: the workers' first, then this process's own block."""
         for conn, rows in zip(self._conns, self._slices[1:]):
             conn.send((command, None if data is None else data[rows]))
-        _run(self._local, command, None if data is None else data[self._slices[0]], self._local_rows)
-        for conn, proc in zip(self._conns, self._procs):
-            try:
-                reply = conn.recv()
-            except EOFError:
-                reply = f"its process ended (exit code {proc.exitcode})"
+        try:
+            _run(self._local, command, None if data is None else data[self._slices[0]], self._local_rows)
+        finally:  # every worker's reply is read, also when this block failed: none is left for the next step
+            replies = []
+            for conn, proc in zip(self._conns, self._procs):
+                try:
+                    replies.append(conn.recv())
+                except EOFError:
+                    replies.append(f"its process ended (exit code {proc.exitcode})")
+        for reply in replies:
             if reply is not None:
                 raise RuntimeError(f"an env worker failed: {reply}")
 
