@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import io
 import importlib
-import json
 import math
 import os
 import sys
@@ -39,6 +38,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from common.cli import ConfigError, make_args  # noqa: E402
+from common.run_utils import write_json_atomic  # noqa: E402
 from common.turns import TURN_BASED_ALGOS  # noqa: E402
 
 # Tiny settings, each given to the algorithms whose Args have the field (as tests/test_support_table.py).
@@ -96,9 +96,10 @@ def cases(algo, module):
 def check_algo(algo: str, tmp: str) -> list:
     module = importlib.import_module(f"algos.{algo}")
     rows, first = [], None
+    fields = {f.name for f in dataclasses.fields(module.Args)}
+    groups = dict(agent_groups=("agent_0=lead",)) if "iql_group" in fields else {}  # ppo_iql: one policy per group
     for name, overrides in cases(algo, module):
-        if "iql_group" in {f.name for f in dataclasses.fields(module.Args)}:  # ppo_iql: one policy per group
-            overrides["agent_groups"] = ("agent_0=lead",)
+        overrides = {**overrides, **groups}
         start = time.perf_counter()
         status, out = run_case(module, os.path.join(tmp, algo, re.sub(r"[^a-z0-9]+", "_", name)), cuda=True, **overrides)
         rows.append({"algo": algo, "case": name, "status": status, "seconds": time.perf_counter() - start,
@@ -151,8 +152,7 @@ def main() -> int:
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "refused", "failed")}
     print(f"{counts['ok']} ok, {counts['refused']} refused, {counts['failed']} failed on {device}")
     if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump({"device": device, "torch": torch.__version__, "counts": counts, "rows": rows}, f, indent=1)
+        write_json_atomic(opts.json, {"device": device, "torch": torch.__version__, "counts": counts, "rows": rows})
     return 1 if failed else 0
 
 

@@ -21,9 +21,9 @@ but puts the time where the work is.
     python benchmarks/profile_iteration.py --flags "--env simple_spread --num-envs 256 --total-timesteps 256000 --eval-every 0"
 """
 import argparse
+import contextlib
 import functools
 import importlib
-import json
 import os
 import shlex
 import sys
@@ -40,6 +40,8 @@ import nets  # noqa: E402
 from buffers import MultiAgentRolloutBuffer  # noqa: E402
 from common import run_utils  # noqa: E402
 from common.cli import parse_args  # noqa: E402
+from common.run_utils import write_json_atomic  # noqa: E402
+from speed_value_based import patched  # noqa: E402  (benchmarks/ is on sys.path, as for a script)
 
 ORDER = ["env step", "actor forward, rollout", "critic forward, rollout", "storage", "GAE", "actor forward, update",
          "critic forward, update", "backward", "clip", "optimiser", "evaluation", "logging"]
@@ -49,7 +51,7 @@ class Clock:
     """Exclusive wall-clock per part: only the outermost timed call is counted."""
 
     def __init__(self, cuda: bool):
-        self.cuda, self.depth, self.totals, self.calls = cuda, 0, defaultdict(float), defaultdict(int)
+        self.cuda, self.depth, self.totals = cuda, 0, defaultdict(float)
 
     def sync(self):
         if self.cuda:
@@ -70,14 +72,8 @@ class Clock:
                 self.sync()
                 name = part() if callable(part) else part
                 self.totals[name] += time.perf_counter() - start
-                self.calls[name] += 1
                 self.depth -= 1
         return timed
-
-
-def patch(target, attr: str, replacement, undo: list) -> None:
-    undo.append((target, attr, getattr(target, attr)))
-    setattr(target, attr, replacement)
 
 
 def profile(algo: str, argv: list) -> dict:
@@ -85,7 +81,7 @@ def profile(algo: str, argv: list) -> dict:
     args = parse_args(module.Args, argv)
     clock = Clock(cuda=args.cuda and torch.cuda.is_available())
     phase = lambda what: lambda: f"{what}, {'update' if torch.is_grad_enabled() else 'rollout'}"  # noqa: E731
-    started, undo, built = {}, [], []
+    started, built = {}, []
 
     def make_env(*a, **k):  # the first env built is the training env: its step is timed
         env = module_make_env(*a, **k)
@@ -100,27 +96,25 @@ def profile(algo: str, argv: list) -> dict:
         started["t"] = time.perf_counter()
 
     module_make_env, recorder_init_orig = module.make_env, run_utils.RunRecorder.__init__
-    patch(module, "make_env", make_env, undo)
-    patch(run_utils.RunRecorder, "__init__", recorder_init, undo)
-    patch(nets.Actor, "forward", clock.wrap(nets.Actor.forward, phase("actor forward")), undo)
-    patch(nets.Critic, "forward", clock.wrap(nets.Critic.forward, phase("critic forward")), undo)
-    for name in ("add_transition", "end_episode", "batch"):
-        patch(MultiAgentRolloutBuffer, name, clock.wrap(getattr(MultiAgentRolloutBuffer, name), "storage"), undo)
-    if hasattr(module, "compute_gae"):
-        patch(module, "compute_gae", clock.wrap(module.compute_gae, "GAE"), undo)
-    patch(torch.Tensor, "backward", clock.wrap(torch.Tensor.backward, "backward"), undo)
-    patch(torch.nn.utils, "clip_grad_norm_", clock.wrap(torch.nn.utils.clip_grad_norm_, "clip"), undo)
-    patch(torch.optim.Adam, "step", clock.wrap(torch.optim.Adam.step, "optimiser"), undo)
-    patch(run_utils.RunRecorder, "maybe_evaluate", clock.wrap(run_utils.RunRecorder.maybe_evaluate, "evaluation"),
-          undo)
-    patch(run_utils.RunRecorder, "log_iteration", clock.wrap(run_utils.RunRecorder.log_iteration, "logging"), undo)
-    try:
+    Recorder, Buffer = run_utils.RunRecorder, MultiAgentRolloutBuffer
+    timed = [(module, "make_env", make_env), (Recorder, "__init__", recorder_init),
+             (nets.Actor, "forward", clock.wrap(nets.Actor.forward, phase("actor forward"))),
+             (nets.Critic, "forward", clock.wrap(nets.Critic.forward, phase("critic forward"))),
+             *[(Buffer, name, clock.wrap(getattr(Buffer, name), "storage"))
+               for name in ("add_transition", "end_episode", "batch")],
+             *([(module, "compute_gae", clock.wrap(module.compute_gae, "GAE"))] if hasattr(module, "compute_gae")
+               else []),
+             (torch.Tensor, "backward", clock.wrap(torch.Tensor.backward, "backward")),
+             (torch.nn.utils, "clip_grad_norm_", clock.wrap(torch.nn.utils.clip_grad_norm_, "clip")),
+             (torch.optim.Adam, "step", clock.wrap(torch.optim.Adam.step, "optimiser")),
+             (Recorder, "maybe_evaluate", clock.wrap(Recorder.maybe_evaluate, "evaluation")),
+             (Recorder, "log_iteration", clock.wrap(Recorder.log_iteration, "logging"))]
+    with contextlib.ExitStack() as stack:
+        for target, attr, replacement in timed:
+            stack.enter_context(patched(target, attr, replacement))
         summary = module.main(args)
         clock.sync()
         total = time.perf_counter() - started["t"]
-    finally:
-        for target, attr, value in reversed(undo):
-            setattr(target, attr, value)
     iterations = summary["global_step"] // (args.num_envs * getattr(args, "num_steps", 1))
     parts = {name: clock.totals.get(name, 0.0) for name in ORDER}
     parts["other"] = total - sum(parts.values())
@@ -146,8 +140,7 @@ def main(argv=None) -> dict:
         print(f"{name:<26} {value:>15.2f} {value / total:>7.1%}")
     print(f"{'total':<26} {total:>15.2f}")
     if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump(result, f, indent=2)
+        write_json_atomic(opts.json, result)
     return result
 
 

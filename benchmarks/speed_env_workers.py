@@ -23,6 +23,8 @@ import tempfile
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from common.run_utils import write_json_atomic  # noqa: E402
 
 
 def train(algo: str, env: str, workers: int, flags: str, run_dir: str) -> dict:
@@ -66,8 +68,7 @@ def main(argv=None) -> dict:
     result = {"machine": f"{platform.machine()}, {os.cpu_count()} CPU cores", "algo": opts.algo, "env": opts.env,
               "flags": opts.flags, "rows": rows}
     if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump(result, f, indent=2)
+        write_json_atomic(opts.json, result)
     return result
 
 

@@ -111,7 +111,7 @@ class WorkerVecEnv:
                  spec):
         from envs import make_env
 
-        self._spec, self.num_envs, self.workers = spec, num_envs, workers
+        self._spec, self.num_envs = spec, num_envs
         spec.reset()
         probe = spec.step(spec.sample_actions(np.random.default_rng(0)))
         spec.close()
