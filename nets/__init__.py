@@ -8,6 +8,7 @@ from nets.policy import DeterministicActor, SquashedGaussianActor
 from nets.mixers import NonMonotonicMixer, PerGroup, QMixer, QPLEXMixer, VDNMixer
 from nets.recurrent import RecurrentCore
 from nets.gnn import GraphNet, MessagePassing, adjacency, edge_features
+from nets.transformer import MultiAgentTransformer, SequentialDecoding
 
 __all__ = ["MLP", "AgentLinear", "make_linear", "RecurrentCore", "AgentNet", "Actor", "Critic",
            "ValueNorm", "MaskedCategorical", "MaskedGaussian", "explained_variance", "VDNMixer", "QMixer",
@@ -19,3 +20,4 @@ from nets.shared import (EncodedPolicy, check_policy_output, gradients_reach, sa
 
 __all__ += ["EncodedPolicy", "check_policy_output", "gradients_reach", "same_parameters", "shared_between",
             "trainable_parameters"]
+__all__ += ["MultiAgentTransformer", "SequentialDecoding"]

@@ -317,7 +317,7 @@ def test_qmix_smoke(name, tmp_path):
 
 CONCAT_OBS = [pytest.param(a, "sisl:pursuit", "(7, 7, 3)", marks=NEEDS["sisl"])
               for a in ("mappo", "maa2c", "matrpo", "maddpg")] \
-    + [pytest.param(a, "butterfly:pistonball", "(58, 15, 3)", marks=NEEDS["butterfly"]) for a in ("matd3", "masac")]
+    + [pytest.param(a, "butterfly:pistonball", "(58, 15, 3)", marks=NEEDS["butterfly"]) for a in ("matd3", "masac", "hasac")]
 
 
 @pytest.mark.parametrize("algo,name,shape", CONCAT_OBS)

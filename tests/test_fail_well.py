@@ -24,7 +24,7 @@ from common.run_utils import RunRecorder, load_checkpoint, write_json_atomic
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "algos", "*.py"))
                if not p.endswith("__init__.py"))
-CONTINUOUS_ONLY = ("matd3", "masac")  # their default env is continuous simple_spread
+CONTINUOUS_ONLY = ("matd3", "masac", "isac", "hasac", "hatd3", "haddpg")  # their default env is continuous simple_spread
 
 
 def strict_json(path):

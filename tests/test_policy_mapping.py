@@ -23,7 +23,8 @@ from envs import make_env
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "algos", "[a-z]*.py"))
                if not p.endswith("ppo_iql.py"))  # ppo_iql: its two groups are its mapping (tests/test_multi_policy.py)
-CONTINUOUS_ONLY = {"masac", "matd3"}
+CONTINUOUS_ONLY = {"masac", "matd3", "isac", "hasac", "hatd3", "haddpg"}
+ONE_NETWORK = {"mat"}  # one transformer acts for every agent: no per-group sets, no fixed group beside learning ones
 CONTINUOUS_FIRST = {"iddpg", "maddpg", "facmac"}  # take continuous actions where an env has both
 SHORT = ("max_cycles=4",)  # episodes end inside the tiny runs: returns get logged, replays fill
 # Tiny settings, each given to the algorithms whose Args have the field.
@@ -82,6 +83,10 @@ def test_every_file_takes_the_policy_mapping_flags(algo):
 @pytest.mark.parametrize("share", ["all", "group", "none"])
 @pytest.mark.parametrize("algo", ALGOS)
 def test_competitive_runs_with_every_sharing(algo, share, tmp_path):
+    if algo in ONE_NETWORK and share != "all":  # refused, saying why
+        with pytest.raises(ConfigError, match="one transformer"):
+            run(algo, tmp_path, share_params=share)
+        return
     summary = run(algo, tmp_path, share_params=share)
     assert finite(summary["final_losses"]), summary["final_losses"]
     assert sorted(summary["eval_group_returns"]) == ["adversary", "agent"]
@@ -108,6 +113,10 @@ def test_one_group_is_the_same_as_all(algo, tmp_path):
 # ----------------------------------------------------------------------------- fixed and loaded groups
 @pytest.mark.parametrize("algo", ALGOS)
 def test_fixed_group_keeps_the_loaded_weights_bit_for_bit(algo, tmp_path):
+    if algo in ONE_NETWORK:  # a group fixed beside learning ones cannot share their one network: refused
+        with pytest.raises(ConfigError, match="fixed"):
+            run(algo, tmp_path, train_groups=("adversary",))
+        return
     source = run(algo, tmp_path / "source", share_params="group")
     # The prey come from the source run (same algorithm: weights copied) and stay fixed; the predators learn.
     trained = run(algo, tmp_path / "run", seed=7, share_params="group", train_groups=("adversary",),

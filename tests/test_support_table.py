@@ -123,7 +123,7 @@ def read_table():
 
 VERDICT = re.compile(r"^(works)(?: with (discrete|continuous) actions only)?(?: \(.*\))?$|^does not apply: .+$")
 EXCEPTION = re.compile(r"^([a-z0-9_]+(?:, [a-z0-9_]+)*): (?:(discrete|continuous) actions only(?: \(.*\))?"
-                       r"|(does not apply): .+|(works)(?: \(.*\))?)$")
+                       r"|(does not apply): .+|(works)(?: \(.*\))?|(refuses image observations)(?: \(.*\))?)$")
 BOTH = frozenset({D, C})
 
 
@@ -141,8 +141,15 @@ def parse_cell(cell: str, algos):
                   "(...)', '<algos>: does not apply: <reason>' or '<algos>: works (...)'"
         for algo in e.group(1).split(", "):
             assert algo in kinds, f"{algo} is named in cell {cell!r} but is not in its column"
-            kinds[algo] = BOTH if e.group(4) else frozenset() if e.group(3) else frozenset({e.group(2)})
+            if not e.group(5):  # "refuses image observations": its action types stay, image_refusers says the rest
+                kinds[algo] = BOTH if e.group(4) else frozenset() if e.group(3) else frozenset({e.group(2)})
     return kinds
+
+
+def image_refusers(cell: str):
+    """The algorithms a cell says refuse the family's envs with image observations (MAT: flat embeddings)."""
+    return {algo for part in cell.split("; ")[1:] if part.split(": ", 1)[-1].startswith("refuses image observations")
+            for algo in part.split(": ", 1)[0].split(", ")}
 
 
 COLUMNS, ROWS = read_table()
@@ -168,6 +175,8 @@ def test_cell_grammar():
     assert parse_cell("works with continuous actions only (multiwalker)", ["a"]) == {"a": {"continuous"}}
     assert parse_cell("does not apply: continuous actions only", ["a"]) == {"a": frozenset()}
     assert parse_cell("does not apply: turn-based; b: works (its moves)", ["a", "b"]) == {"a": frozenset(), "b": BOTH}
+    cell = "works; b: refuses image observations (pistonball)"
+    assert parse_cell(cell, ["a", "b"]) == {"a": BOTH, "b": BOTH} and image_refusers(cell) == {"b"}
     for bad in ("runs", "works; y: fine", "works; a: sometimes"):
         with pytest.raises(AssertionError):
             parse_cell(bad, ["a"])
@@ -269,6 +278,12 @@ def test_cell_holds(family, algo, tmp_path, tmp_path_factory):
             assert not run_dir.exists() or not any(run_dir.iterdir()), "a refused run wrote its folder"
             continue
         adapter, props = describe(*instance)
+        if "image obs" in props and algo in image_refusers(ROWS[family][column]):  # refused, nothing written
+            run_dir = tmp_path / f"{name}-{kind}-image".replace(":", "_")
+            assert isinstance(run_tiny(algo, *instance, str(run_dir)), ConfigError), \
+                f"the table says {algo} refuses image observations, but it ran on {name}"
+            assert not run_dir.exists() or not any(run_dir.iterdir()), "a refused run wrote its folder"
+            continue
         for prop in [None, *sorted(props)]:  # the adapter itself, then each property the env has
             carrier = CARRIERS.get((adapter, kind, prop))
             assert carrier is not None, f"no carrier env for {adapter}, {kind} actions, {prop}: add one"

@@ -1,0 +1,364 @@
+"""ISAC: independent soft actor-critic with automatic temperature tuning (SAC: Haarnoja et al. 2018,
+"Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905; run by every agent on its own).
+
+Every agent i has a stochastic actor pi_i(a_i | o_i), a Gaussian squashed by tanh into the
+adapter's normalised box [-1, 1], and two critics Q^k_i(o_i, a_i) on its own observation and its
+own action only, trained on its own reward plus an entropy bonus alpha_i H(pi_i) (soft
+Q-learning, clipped double Q); the other agents are part of the environment. Each agent's
+temperature alpha_i is tuned so that its policy's entropy stays near a target. The independent
+counterpart of algos/masac.py, as algos/iddpg.py is of algos/maddpg.py. Continuous actions only. Run:
+
+    python algos/isac.py --env torch:simple_spread --env-kwargs continuous_actions=true
+"""
+import copy
+import math
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional, Tuple
+
+import torch
+
+from buffers import MultiAgentRolloutBuffer
+from common.cli import ConfigError, RunArgs, run_cli
+from common.groups import GroupArgs, check_group_args, param_layout, policy_map
+from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, load_checkpoint, pick_device, resume_envs,
+                              rng_state, seed_everything, start_or_resume)
+from envs import continuous_hint, make_env, parse_env_kwargs, with_continuous_actions
+from nets import Critic, SquashedGaussianActor
+
+
+# ============================================================================ 1. ARGS
+@dataclass
+class Args(GroupArgs, RunArgs):
+    # --- experiment (seed, device, run folder, evaluation, checkpoints, resume, preset: common.cli.RunArgs)
+    total_timesteps: int = 2_000_000
+    """training length in env steps, summed over env copies (one env step = all agents act once)"""
+
+    # --- env
+    env: str = "simple_spread"
+    """registry name (python -c 'import envs; print(envs.known_envs())')"""
+    env_kwargs: Tuple[str, ...] = ()
+    """scenario arguments as KEY=VALUE; continuous_actions=true is added where the env takes it (mpe2)"""
+    num_envs: int = 16
+    """E, env copies stepped together"""
+
+    # --- algorithm
+    num_steps: int = 25
+    """T, steps per env copy in each iteration (one iteration = T * E env steps = one replay entry)"""
+    buffer_size: int = 200_000
+    """replay capacity in env steps (transitions of all agents); the oldest iteration's entry is dropped"""
+    batch_size: int = 32
+    """stored sequences (one env copy's T steps of one entry) per gradient step: 32 x 25 = 800 transitions"""
+    learning_starts: int = 10_000
+    """env steps of uniformly random actions before the first gradient step"""
+    updates_per_iteration: int = 8
+    """gradient steps (critics, actors, temperatures) after every iteration: 8 per 400 env steps with the defaults"""
+    actor_learning_rate: float = 1e-3
+    """Adam learning rate of the actors"""
+    critic_learning_rate: float = 1e-3
+    """Adam learning rate of the critics"""
+    gamma: float = 0.95
+    """discount factor (0.95: a horizon near MPE's 25-step, clock-cut episodes)"""
+    td_lambda: float = 0.8
+    """lambda of the TD(lambda) critic targets along each stored sequence (0: the one-step target)"""
+    tau: float = 0.01
+    """target critics move tau of the way to the online ones after every gradient step"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip, of the critics and of the actors separately"""
+    alpha: float = 0.2
+    """entropy temperature: its starting value with --autotune, else its fixed value"""
+    autotune: bool = True
+    """tune every agent's temperature so that its policy's entropy tracks --target-entropy"""
+    alpha_learning_rate: float = 1e-3
+    """Adam learning rate of the log-temperatures"""
+    target_entropy: Optional[float] = None
+    """entropy the tuning aims at, in nats per agent step (default: minus the agent's number of action
+    dimensions, SAC's heuristic)"""
+    hidden_sizes: Tuple[int, ...] = (64, 64)
+    """hidden layer widths of actors and critics"""
+    activation: Literal["tanh", "relu"] = "relu"
+    """hidden activation"""
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.num_steps * self.num_envs
+
+    @property
+    def num_iterations(self) -> int:
+        return -(-self.total_timesteps // self.steps_per_iteration)  # rounded up: at least total_timesteps
+
+
+def validate(args: Args, env=None) -> None:
+    """Reject option combinations that cannot work, saying what is accepted."""
+    for name in ("num_envs", "num_steps", "batch_size", "buffer_size", "updates_per_iteration", "eval_episodes",
+                 "eval_num_envs", "total_timesteps"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not 0.0 <= args.td_lambda <= 1.0:
+        raise ConfigError(f"--td-lambda must be in [0, 1], got {args.td_lambda}")
+    if not 0.0 < args.tau <= 1.0:
+        raise ConfigError(f"--tau must be in (0, 1], got {args.tau}")
+    if args.buffer_size < args.steps_per_iteration:
+        raise ConfigError(f"--buffer-size {args.buffer_size} must hold at least one iteration "
+                          f"(--num-steps x --num-envs = {args.steps_per_iteration} env steps)")
+    if args.alpha <= 0:
+        raise ConfigError(f"--alpha must be positive, got {args.alpha}")
+    check_group_args(args)
+    if env is not None and env.discrete:
+        raise ConfigError(f"isac needs continuous actions; {args.env} has discrete ones here: {continuous_hint(args.env)}; "
+                          "or use algos/iddpg.py (Gumbel-softmax), algos/maddpg.py or algos/iql.py for discrete actions")
+
+
+# ============================================================================ 2. NETWORKS
+def build_networks(args: Args, env, device):
+    """Squashed-Gaussian actors pi_i(a_i | o_i) and two decentralised critics Q^k_i(o_i, a_i), k = 1, 2, all on
+    local information. Image observations (obs_shape (H, W, C)) get a small CNN (nets.encoder_for); the
+    critic's two inputs, o_i and a_i, are concatenated after it."""
+    A = env.action_dim
+    sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
+    actor = SquashedGaussianActor(env.obs_shape, env.n_agents, A, torch.as_tensor(env.action_dim_mask),
+                                  sets, args.hidden_sizes, args.activation, obs_sizes=env.obs_dims).to(device)
+    critics = torch.nn.ModuleList([Critic((env.obs_shape, (A,)), env.n_agents, sets, args.hidden_sizes, "none",
+                                          args.activation, in_sizes=(env.obs_dims, env.action_dims))
+                                   for _ in range(2)]).to(device)
+    return actor, critics
+
+
+# ============================================================================ 3. ALGORITHM FUNCTIONS
+def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: float):
+    """TD(lambda) targets, every tensor (T, B[, N]) over stored sequences (as in algos/qmix.py):
+    y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'(s_{t+1}) + lambda y_{t+1}].
+
+    next_q[t] is the target critic's value of the true s_{t+1}. Where an episode ends (or the stored
+    sequence stops) there is no y_{t+1} to use, so the target bootstraps from Q'(s_{t+1}) alone: a
+    time-limit truncation keeps that bootstrap (the task was not over), a termination removes it.
+    lambda = 0 is the one-step target of DDPG and MADDPG.
+    """
+    if lam == 0.0:  # the same targets without the loop
+        return rewards + gamma * (1.0 - terminated) * next_q
+    targets = torch.zeros_like(rewards)
+    ret = next_q[-1]
+    for t in reversed(range(rewards.shape[0])):
+        bootstrap = torch.where(ended[t] > 0, next_q[t], (1 - lam) * next_q[t] + lam * ret)
+        ret = rewards[t] + gamma * (1.0 - terminated[t]) * bootstrap
+        targets[t] = ret
+    return targets
+
+
+def explore(actor, obs, random: bool) -> torch.Tensor:
+    """Training actions (E, N, A): a draw from pi(. | o); uniformly random in [-1, 1] while `random`
+    (before learning starts). Padded dimensions stay 0."""
+    dist, _ = actor(obs)
+    if random:
+        return (torch.rand_like(dist.mean) * 2 - 1) * actor.action_dim_mask
+    return dist.sample()
+
+
+def temperature_loss(log_alpha: torch.Tensor, log_pi: torch.Tensor, target_entropy: torch.Tensor,
+                     mask: torch.Tensor) -> torch.Tensor:
+    """SAC's temperature objective (Haarnoja et al. 2018b, eq. 18) on log alpha, per agent:
+    J = E[-log alpha_i (log pi_i(a_i | o_i) + H_target_i)], log_alpha (N,), log_pi (B, N), target (N,).
+    When the policy's entropy -E[log pi] is below the target, log pi + H_target > 0 and descending J
+    raises alpha (more weight on entropy); above the target, alpha falls."""
+    return -masked_mean(log_alpha * (log_pi + target_entropy).detach(), mask)
+
+
+def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+    """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
+    with torch.no_grad():  # one multi-tensor call for all the parameters
+        torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def checkpoint_payload(args, teams, actor, critics, target_critics, log_alpha, actor_optimizer, critic_optimizer,
+                       alpha_optimizer, buffer, sample_gen, global_step, iteration, updates):
+    """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
+    return {"algo": "isac", "args": args_dict(args), "actor": actor.state_dict(), "critics": critics.state_dict(),
+            "target_critics": target_critics.state_dict(), "log_alpha": log_alpha.detach().clone(),
+            "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
+            "alpha_optimizer": alpha_optimizer.state_dict(),
+            "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
+            "rng": rng_state(), "sample_rng": sample_gen.get_state(), **teams.payload(actor=actor, critics=critics)}
+
+
+def acting_policy(saved: Args, env, ckpt: dict, device):
+    """A saved run's acting network (for --evaluate-checkpoint, and --load-group in any algorithm)."""
+    actor, _ = build_networks(saved, env, device)
+    actor.load_state_dict(ckpt["actor"])
+    return actor
+
+
+def main(args: Args) -> dict:
+    validate(args)
+    if args.evaluate_checkpoint:
+        return evaluate_checkpoint(args, "isac", Args, acting_policy)
+
+# ============================================================================ 4. SETUP
+    seed_everything(args.seed, args.torch_deterministic)
+    torch.set_num_threads(args.torch_threads)
+    device = pick_device(args.cuda)
+    args.env_kwargs = with_continuous_actions(args.env, args.env_kwargs)  # recorded: evaluation and resume build this env
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
+    envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device, workers=args.env_workers)
+    validate(args, envs)
+    eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
+    E, N, T = args.num_envs, envs.n_agents, args.num_steps
+    # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
+    teams = policy_map(args, envs, "isac", device)  # bad names and unusable runs fail here
+    actor, critics = build_networks(args, envs, device)
+    teams.load_weights({"actor": actor, "critics": critics})  # --load-group from an ISAC run: copy its weights
+    target_critics = copy.deepcopy(critics)  # SAC keeps no target actor: a' is drawn from the current policy
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.actor_learning_rate, foreach=True)
+    critic_optimizer = torch.optim.Adam(critics.parameters(), lr=args.critic_learning_rate, foreach=True)
+    # One temperature per agent, learned as its logarithm (always positive); the default target entropy
+    # is minus the agent's number of real action dimensions.
+    log_alpha = torch.full((N,), math.log(args.alpha), device=device, requires_grad=True)  # (N,)
+    alpha_optimizer = torch.optim.Adam([log_alpha], lr=args.alpha_learning_rate)
+    for group in set(teams.load) - set(teams.foreign):  # a group copied from an ISAC run keeps its temperatures
+        rows = torch.as_tensor([g == group for g in teams.agent_groups], device=device)  # (N,)
+        log_alpha.data[rows] = load_checkpoint(teams.load[group], device)["log_alpha"][rows]
+    dims = torch.as_tensor(envs.action_dim_mask, device=device).float().sum(-1)  # (N,)
+    target_entropy = -dims if args.target_entropy is None else torch.full_like(dims, args.target_entropy)
+    # One stored entry is one iteration: T steps of E copies, so the replay keeps buffer_size // (T E) of them.
+    capacity = args.buffer_size // args.steps_per_iteration
+    buffer = MultiAgentRolloutBuffer(N, capacity=capacity)
+    sample_gen = torch.Generator().manual_seed(args.seed)  # replay draws: same seed, same batches
+    global_step, start_iteration, updates = 0, 1, 0
+    ckpt, run_path = start_or_resume(args, "isac", device)  # a resumed run gets its RNG states back
+    if ckpt is not None:
+        for module, key in ((actor, "actor"), (critics, "critics"), (target_critics, "target_critics"),
+                            (actor_optimizer, "actor_optimizer"), (critic_optimizer, "critic_optimizer"),
+                            (alpha_optimizer, "alpha_optimizer")):
+            module.load_state_dict(ckpt[key])
+        with torch.no_grad():
+            log_alpha.copy_(ckpt["log_alpha"])
+        buffer.load_state_dict(ckpt["replay"])
+        buffer.capacity = capacity
+        global_step, start_iteration, updates = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["updates"]
+        sample_gen.set_state(ckpt["sample_rng"])
+
+    obs, _, _, _ = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where a resumed run's envs were
+    obs = torch.as_tensor(obs, device=device)  # (E, N, obs_dim)
+    starts = torch.ones(E, N, device=device)  # 1 where an episode starts: a loaded run's recurrent state resets there
+    trained = teams.trained  # (N,) 1 where the agent's group learns: fixed groups take no part in any loss
+    train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
+    # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
+    recorder = RunRecorder(args, "isac", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critics))
+    stats = {}
+    for iteration in range(start_iteration, args.num_iterations + 1):
+
+# ============================================================================ 5. ROLLOUT
+        t_rollout = time.time()
+        buffer.reset_current_episode()
+        for _ in range(T):
+            with torch.no_grad():
+                action = explore(actor, obs, random=global_step < args.learning_starts)  # (E, N, A)
+                # Groups loaded from another algorithm's run act as that run does; the replay keeps the actions played.
+                action = teams.override(action, obs, starts)
+            result = envs.step(action)  # a torch env keeps it on the device
+            global_step += E
+            final_obs = torch.as_tensor(result.final_obs, device=device)  # true o_{t+1}, before auto-reset
+            buffer.add_transition(
+                states=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
+                next_states=final_obs, dones=torch.as_tensor(result.terminated, device=device).float(),
+                truncated=torch.as_tensor(result.truncated, device=device).float(),
+                alive=torch.as_tensor(result.alive, device=device).float())
+            obs = torch.as_tensor(result.obs, device=device)
+            done = torch.as_tensor(result.done).cpu().bool()
+            starts = done.to(device).float()[:, None].expand(E, N)  # (E, N)
+            if done.any():
+                episode_return = torch.as_tensor(result.episode_return).cpu()[done]  # (episodes, N)
+                train_returns.extend(episode_return.sum(-1).tolist())
+                agent_returns.extend(episode_return.tolist())
+                train_lengths.extend(torch.as_tensor(result.episode_length).cpu()[done].tolist())
+        buffer.end_episode()
+        rollout_s = time.time() - t_rollout
+
+# ============================================================================ 6. POSTPROCESS
+        # (inside the update loop: every gradient step draws its own batch of stored transitions)
+        t_update = time.time()
+        for _ in range(args.updates_per_iteration if global_step >= args.learning_starts else 0):
+            b = buffer.sample_episodes(args.batch_size, sample_gen, device)  # (B_seq, T, N, ...)
+            # time-major transitions (B, N, ...), B = T * B_seq: row t * B_seq + j is step t of sequence j
+            b = {k: v.transpose(0, 1).flatten(0, 1) for k, v in b.items() if k != "filled"}
+            obs_b, next_obs_b, actions = b["states"], b["next_states"], b["actions"]
+            alive = b["alive"] * trained  # (B, N) what the losses count: fixed groups' nets and temperatures stay
+            B = obs_b.shape[0]
+            alpha = log_alpha.detach().exp()  # (N,)
+            with torch.no_grad():
+                # Soft value of every step's true next observation (the final one where an episode ended),
+                # min_k Q'^k_i(o'_i, a'_i) - alpha_i log pi_i(a'_i | o'_i) with a'_i ~ pi_i(. | o'_i); then TD(lambda)
+                # targets along each stored sequence (the entropy bonus enters at the bootstrap points only).
+                next_dist, _ = actor(next_obs_b)
+                next_actions, next_log_pi = next_dist.rsample_with_log_prob()  # (B, N, A), (B, N)
+                x = (next_obs_b, next_actions)  # agent i's critic sees o'_i and a'_i only
+                next_q = torch.minimum(target_critics[0](x)[0], target_critics[1](x)[0])  # (B, N), clipped double Q
+                next_v = next_q - alpha * next_log_pi  # (B, N)
+                seq = (T, B // T, N)  # back to (T, B_seq, N) for the backward recursion
+                ended = torch.maximum(b["dones"], b["truncated"]).view(seq).clone()
+                ended[-1] = 1.0  # the stored sequence stops: its last step bootstraps from the soft value alone
+                targets = td_lambda_targets(b["rewards"].view(seq), next_v.view(seq), b["dones"].view(seq), ended,
+                                            args.gamma, args.td_lambda).flatten(0, 1)  # (B, N)
+
+# ============================================================================ 7. UPDATE
+            x = (obs_b, actions)  # (B, N, obs_dim), (B, N, A): no state, no other agent's action
+            q1, q2 = critics[0](x)[0], critics[1](x)[0]  # (B, N) each
+            td_loss = masked_mean((q1 - targets) ** 2, alive) + masked_mean((q2 - targets) ** 2, alive)
+            critic_optimizer.zero_grad()
+            td_loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(critics.parameters(), args.max_grad_norm)
+            critic_optimizer.step()
+
+            # Reparameterised policy gradient: agent i minimises alpha_i log pi_i(a_i | o_i) - min_k Q^k_i(o_i, a_i)
+            # with a_i = tanh(mean + std * eps) from its current policy; the other agents do not appear, so each
+            # agent follows its own critics as in single-agent SAC.
+            dist, _ = actor(obs_b)
+            own, log_pi = dist.rsample_with_log_prob()  # (B, N, A), (B, N)
+            x = (obs_b, own)
+            q_pi = torch.minimum(critics[0](x)[0], critics[1](x)[0])  # (B, N)
+            policy_loss = masked_mean(alpha * log_pi - q_pi, alive)
+            actor_optimizer.zero_grad()
+            policy_loss.backward()
+            actor_grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
+            actor_optimizer.step()
+            alpha_loss = temperature_loss(log_alpha, log_pi, target_entropy, alive)
+            if args.autotune:
+                alpha_optimizer.zero_grad()
+                alpha_loss.backward()
+                alpha_optimizer.step()
+            soft_update(target_critics, critics, args.tau)
+            updates += 1
+            stats = dict(td_loss=td_loss.item(), policy_loss=policy_loss.item(),
+                         q_taken_mean=masked_mean(q1.detach(), alive).item(), target_mean=masked_mean(targets, alive).item(),
+                         grad_norm=grad_norm.item(), actor_grad_norm=actor_grad_norm.item(),
+                         entropy=-masked_mean(log_pi.detach(), alive).item(), alpha=alpha.mean().item(),
+                         alpha_loss=alpha_loss.item())
+        update_s = time.time() - t_update
+
+# ============================================================================ 8. LOGGING
+        # greedy (tanh of the mean), every --eval-every env steps
+        recorder.maybe_evaluate(eval_envs, teams.policy(actor), global_step, teams.members)
+        recorder.log_iteration(global_step, stats, rollout_s, update_s, train_returns, train_lengths, agent_returns,
+                               console={"td_loss": stats.get("td_loss"), "alpha": stats.get("alpha")},
+                               groups=teams.members)
+        train_returns, train_lengths, agent_returns = [], [], []
+        if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
+            recorder.save_checkpoint(checkpoint_payload(
+                args, teams, actor, critics, target_critics, log_alpha, actor_optimizer, critic_optimizer,
+                alpha_optimizer, buffer, sample_gen, global_step, iteration, updates))
+
+    # Final greedy evaluation (unless one just ran) and the run's files.
+    recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, teams.members)
+    recorder.save_checkpoint(checkpoint_payload(
+        args, teams, actor, critics, target_critics, log_alpha, actor_optimizer, critic_optimizer, alpha_optimizer,
+        buffer, sample_gen, global_step, args.num_iterations, updates))
+    summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
+    return summary
+
+
+if __name__ == "__main__":
+    run_cli(Args, main, __doc__)
