@@ -14,6 +14,7 @@ on-policy gradient step per rollout. Discrete actions only. Run:
 import copy
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Tuple
 
 import torch
@@ -26,6 +27,9 @@ from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_
                               seed_everything, start_or_resume)
 from envs import discrete_hint, make_env, parse_env_kwargs
 from nets import Actor, AgentNet, MaskedCategorical, ValueNorm, explained_variance
+
+
+ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
 
 
 # ============================================================================ 1. ARGS
@@ -232,7 +236,7 @@ def checkpoint_payload(args, teams, actor, critic, target_critic, value_norm, ac
                        shuffle_gen, global_step, iteration, critic_updates, rollout):
     """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts, and the groups and
     rows --load-group reads; `rollout`: what the rollout carries into the next iteration (starts, actor state)."""
-    return {"algo": "coma", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
+    return {"algo": ALGO, "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "target_critic": target_critic.state_dict(), "value_norm": value_norm.state_dict(),
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
             "global_step": global_step, "iteration": iteration, "critic_updates": critic_updates,
@@ -250,7 +254,7 @@ def acting_policy(saved: Args, env, ckpt: dict, device):
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args, "coma", Args, acting_policy)
+        return evaluate_checkpoint(args, ALGO, Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -261,7 +265,7 @@ def main(args: Args) -> dict:
     try:
         validate(args, envs)  # continuous actions: fail before anything is written
         # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
-        teams = policy_map(args, envs, "coma", device)  # bad names and unusable runs fail here
+        teams = policy_map(args, envs, ALGO, device)  # bad names and unusable runs fail here
     except ConfigError:
         envs.close()
         raise
@@ -282,7 +286,7 @@ def main(args: Args) -> dict:
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
     global_step, start_iteration, critic_updates = 0, 1, 0
-    ckpt, run_path = start_or_resume(args, "coma", device)  # a resumed run gets its RNG states back
+    ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
         for module, key in ((actor, "actor"), (critic, "critic"), (target_critic, "target_critic"),
                             (value_norm, "value_norm"), (actor_optimizer, "actor_optimizer"),
@@ -302,7 +306,7 @@ def main(args: Args) -> dict:
         starts, actor_state = ckpt["rollout"]
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "coma", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic))
+    recorder = RunRecorder(args, ALGO, run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic))
 
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):

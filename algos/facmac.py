@@ -16,6 +16,7 @@ straight-through Gumbel-softmax. Run:
 import copy
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import List, Literal, Optional, Tuple
 
 import torch
@@ -28,6 +29,9 @@ from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_
                               seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs, with_continuous_actions
 from nets import Critic, DeterministicActor, NonMonotonicMixer, PerGroup, QMixer, VDNMixer
+
+
+ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
 
 
 # ============================================================================ 1. ARGS
@@ -211,7 +215,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def checkpoint_payload(args, teams, actor, critic, mixer, target_actor, target_critic, target_mixer, actor_optimizer,
                        critic_optimizer, buffer, sample_gen, global_step, iteration, updates):
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
-    return {"algo": "facmac", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
+    return {"algo": ALGO, "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "mixer": mixer.state_dict(), "target_actor": target_actor.state_dict(),
             "target_critic": target_critic.state_dict(), "target_mixer": target_mixer.state_dict(),
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
@@ -229,7 +233,7 @@ def acting_policy(saved: Args, env, ckpt: dict, device):
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args, "facmac", Args, acting_policy)
+        return evaluate_checkpoint(args, ALGO, Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -242,7 +246,7 @@ def main(args: Args) -> dict:
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
     # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
-    teams = policy_map(args, envs, "facmac", device)  # bad names and unusable runs fail here
+    teams = policy_map(args, envs, ALGO, device)  # bad names and unusable runs fail here
     actor, critic, mixer = build_networks(args, envs, device, teams.learning)
     teams.load_weights({"actor": actor, "critic": critic})  # --load-group from a FACMAC run: copy its weights
     target_actor, target_critic, target_mixer = copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(mixer)
@@ -258,7 +262,7 @@ def main(args: Args) -> dict:
     buffer = MultiAgentRolloutBuffer(N, capacity=capacity)
     sample_gen = torch.Generator().manual_seed(args.seed)  # replay draws: same seed, same batches
     global_step, start_iteration, updates = 0, 1, 0
-    ckpt, run_path = start_or_resume(args, "facmac", device)  # a resumed run gets its RNG states back
+    ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
         for module, key in ((actor, "actor"), (critic, "critic"), (mixer, "mixer"), (target_actor, "target_actor"),
                             (target_critic, "target_critic"), (target_mixer, "target_mixer"),
@@ -275,7 +279,7 @@ def main(args: Args) -> dict:
     starts = torch.ones(E, N, device=device)  # 1 where an episode starts: a loaded run's recurrent state resets there
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "facmac", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic, mixer))
+    recorder = RunRecorder(args, ALGO, run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic, mixer))
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):
 

@@ -18,6 +18,7 @@ import copy
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import List, Literal, Optional, Tuple
 
 import torch
@@ -29,6 +30,9 @@ from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, e
                               pick_device, resume_envs, rng_state, seed_everything, start_or_resume)
 from envs import continuous_hint, make_env, parse_env_kwargs, with_continuous_actions
 from nets import Critic, SquashedGaussianActor
+
+
+ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
 
 
 # ============================================================================ 1. ARGS
@@ -266,7 +270,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def checkpoint_payload(args, teams, actor, critics, target_critics, log_alpha, actor_optimizers, critic_optimizer,
                        alpha_optimizers, buffer, sample_gen, global_step, iteration, updates):
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
-    return {"algo": "hasac", "args": args_dict(args), "actor": actor.state_dict(), "critics": critics.state_dict(),
+    return {"algo": ALGO, "args": args_dict(args), "actor": actor.state_dict(), "critics": critics.state_dict(),
             "target_critics": target_critics.state_dict(), "log_alpha": log_alpha.detach().clone(),
             "actor_optimizers": [o.state_dict() for o in actor_optimizers],
             "critic_optimizer": critic_optimizer.state_dict(),
@@ -286,7 +290,7 @@ def acting_policy(saved: Args, env, ckpt: dict, device):
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args, "hasac", Args, acting_policy)
+        return evaluate_checkpoint(args, ALGO, Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -299,7 +303,7 @@ def main(args: Args) -> dict:
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
     # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
-    teams = policy_map(args, envs, "hasac", device)  # bad names and unusable runs fail here
+    teams = policy_map(args, envs, ALGO, device)  # bad names and unusable runs fail here
     # K learning teams, each with its own team reward and pair of critics; member (N, K) sums a team's entropies.
     K = len(teams.learning)
     member = torch.zeros(N, K, device=device)
@@ -329,7 +333,7 @@ def main(args: Args) -> dict:
     buffer = MultiAgentRolloutBuffer(N, capacity=capacity)
     sample_gen = torch.Generator().manual_seed(args.seed)  # replay draws and agent orders: same seed, same batches
     global_step, start_iteration, updates = 0, 1, 0
-    ckpt, run_path = start_or_resume(args, "hasac", device)  # a resumed run gets its RNG states back
+    ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
         for module, key in ((actor, "actor"), (critics, "critics"), (target_critics, "target_critics"),
                             (critic_optimizer, "critic_optimizer")):
@@ -351,7 +355,7 @@ def main(args: Args) -> dict:
     learning = trained.bool()[:, None]  # (N, 1)
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "hasac", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critics))
+    recorder = RunRecorder(args, ALGO, run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critics))
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):
 

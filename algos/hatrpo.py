@@ -13,6 +13,7 @@ agent's step is a trust-region step. Run:
 import time
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Literal, Tuple
 
 import numpy as np
@@ -26,6 +27,9 @@ from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_
                               seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, MaskedCategorical, ValueNorm, explained_variance, forward_agent
+
+
+ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
 
 
 # ============================================================================ 1. ARGS
@@ -300,7 +304,7 @@ def checkpoint_payload(args, teams, actor, critic, value_norm, critic_optimizer,
                        rollout):
     """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; `rollout`
     is what the rollout carries into the next iteration (episode starts, recurrent states)."""
-    return {"algo": "hatrpo", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
+    return {"algo": ALGO, "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "value_norm": value_norm.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
             "global_step": global_step, "iteration": iteration, "rng": rng_state(),
             "shuffle_rng": shuffle_gen.get_state(), "rollout": rollout,
@@ -317,7 +321,7 @@ def acting_policy(saved: Args, env, ckpt: dict, device):
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args, "hatrpo", Args, acting_policy)
+        return evaluate_checkpoint(args, ALGO, Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -327,7 +331,7 @@ def main(args: Args) -> dict:
     envs = make_env(args.env, args.num_envs, args.seed, env_kwargs, device=device, workers=args.env_workers)
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
-    teams = policy_map(args, envs, "hatrpo", device)  # groups, which learn, which act as other runs; bad names fail
+    teams = policy_map(args, envs, ALGO, device)  # groups, which learn, which act as other runs; bad names fail
     # K learning teams, each with its own team reward and critic. The buffer keeps team k's value and critic state
     # in its agents' slots (team_of[n]: agent n's team, 0 for fixed agents: never read), read back at heads[k].
     K, heads, groups = len(teams.learning), [m[0] for m in teams.learning], teams.members  # groups: for the logs
@@ -341,7 +345,7 @@ def main(args: Args) -> dict:
     # Agent orders and minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
     global_step, start_iteration = 0, 1
-    ckpt, run_path = start_or_resume(args, "hatrpo", device)  # a resumed run gets its RNG states back
+    ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
         actor.load_state_dict(ckpt["actor"])
         critic.load_state_dict(ckpt["critic"])
@@ -362,7 +366,7 @@ def main(args: Args) -> dict:
         starts, actor_state, critic_state = ckpt["rollout"]
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "hatrpo", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic))
+    recorder = RunRecorder(args, ALGO, run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic))
 
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):

@@ -11,6 +11,7 @@ gradient step on the plain policy-gradient loss: no ratio clipping, no epochs. R
 """
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Tuple
 
 import torch
@@ -23,6 +24,9 @@ from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_
                               seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, ValueNorm, explained_variance
+
+
+ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
 
 
 # ============================================================================ 1. ARGS
@@ -147,7 +151,7 @@ def checkpoint_payload(args, teams, actor, critic, value_norm, optimizer, global
     """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts; the
     agents' groups and parameter rows let --load-group take one group's weights out of it. `rollout`:
     what the rollout carries into the next iteration (episode starts, recurrent states)."""
-    return {"algo": "ia2c", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
+    return {"algo": ALGO, "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "value_norm": value_norm.state_dict(), "optimizer": optimizer.state_dict(), "global_step": global_step,
             "iteration": iteration, "rng": rng_state(), "rollout": rollout,
             **teams.payload(actor=actor, critic=critic)}
@@ -163,7 +167,7 @@ def acting_policy(saved: Args, env, ckpt: dict, device):
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args, "ia2c", Args, acting_policy)
+        return evaluate_checkpoint(args, ALGO, Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -174,7 +178,7 @@ def main(args: Args) -> dict:
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
     # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
-    teams = policy_map(args, envs, "ia2c", device)  # bad names and unusable runs fail here
+    teams = policy_map(args, envs, ALGO, device, turn_based=True)  # bad names and unusable runs fail here
     groups, trained = teams.members, teams.trained  # {name: agents}, (N,) 1 where the agent's group learns
     actor, critic = build_networks(args, envs, device)
     value_norm = ValueNorm(groups=teams.group_of_agent).to(device)  # statistics per group: rival returns never mix
@@ -182,7 +186,7 @@ def main(args: Args) -> dict:
     optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=args.learning_rate, eps=1e-5)
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
     global_step, start_iteration = 0, 1
-    ckpt, run_path = start_or_resume(args, "ia2c", device)  # a resumed run gets its RNG states back
+    ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
         actor.load_state_dict(ckpt["actor"])
         critic.load_state_dict(ckpt["critic"])
@@ -202,7 +206,7 @@ def main(args: Args) -> dict:
         starts, actor_state, critic_state = ckpt["rollout"]
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "ia2c", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic))
+    recorder = RunRecorder(args, ALGO, run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic))
 
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):

@@ -14,6 +14,7 @@ import copy
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Optional, Tuple
 
 import torch
@@ -25,6 +26,9 @@ from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, e
                               pick_device, resume_envs, rng_state, seed_everything, start_or_resume)
 from envs import continuous_hint, make_env, parse_env_kwargs, with_continuous_actions
 from nets import Critic, SquashedGaussianActor
+
+
+ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
 
 
 # ============================================================================ 1. ARGS
@@ -198,7 +202,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def checkpoint_payload(args, teams, actor, critics, target_critics, log_alpha, actor_optimizer, critic_optimizer,
                        alpha_optimizer, buffer, sample_gen, global_step, iteration, updates):
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
-    return {"algo": "masac", "args": args_dict(args), "actor": actor.state_dict(), "critics": critics.state_dict(),
+    return {"algo": ALGO, "args": args_dict(args), "actor": actor.state_dict(), "critics": critics.state_dict(),
             "target_critics": target_critics.state_dict(), "log_alpha": log_alpha.detach().clone(),
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
             "alpha_optimizer": alpha_optimizer.state_dict(),
@@ -216,7 +220,7 @@ def acting_policy(saved: Args, env, ckpt: dict, device):
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args, "masac", Args, acting_policy)
+        return evaluate_checkpoint(args, ALGO, Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -229,7 +233,7 @@ def main(args: Args) -> dict:
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
     # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
-    teams = policy_map(args, envs, "masac", device)  # bad names and unusable runs fail here
+    teams = policy_map(args, envs, ALGO, device)  # bad names and unusable runs fail here
     actor, critics = build_networks(args, envs, device)
     teams.load_weights({"actor": actor, "critics": critics})  # --load-group from a MASAC run: copy its weights
     target_critics = copy.deepcopy(critics)  # SAC keeps no target actor: a' is drawn from the current policy
@@ -249,7 +253,7 @@ def main(args: Args) -> dict:
     buffer = MultiAgentRolloutBuffer(N, capacity=capacity)
     sample_gen = torch.Generator().manual_seed(args.seed)  # replay draws: same seed, same batches
     global_step, start_iteration, updates = 0, 1, 0
-    ckpt, run_path = start_or_resume(args, "masac", device)  # a resumed run gets its RNG states back
+    ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
         for module, key in ((actor, "actor"), (critics, "critics"), (target_critics, "target_critics"),
                             (actor_optimizer, "actor_optimizer"), (critic_optimizer, "critic_optimizer"),
@@ -268,7 +272,7 @@ def main(args: Args) -> dict:
     trained = teams.trained  # (N,) 1 where the agent's group learns: fixed groups take no part in any loss
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "masac", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critics))
+    recorder = RunRecorder(args, ALGO, run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critics))
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):
 

@@ -12,6 +12,7 @@ acts from its own observation, the encoder is a centralised critic. Run:
 """
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Tuple
 
 import numpy as np
@@ -25,6 +26,9 @@ from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_
 from envs import make_env, parse_env_kwargs
 from nets import ValueNorm, explained_variance
 from nets.transformer import MultiAgentTransformer
+
+
+ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
 
 
 # ============================================================================ 1. ARGS
@@ -207,7 +211,7 @@ def checkpoint_payload(args, teams, mat, value_norm, optimizer, shuffle_gen, glo
     """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts. MAT keeps
     nothing between steps; the rollout carries only the episode starts into the next iteration (what
     groups loaded from recurrent runs reset on)."""
-    return {"algo": "mat", "args": args_dict(args), "transformer": mat.state_dict(),
+    return {"algo": ALGO, "args": args_dict(args), "transformer": mat.state_dict(),
             "value_norm": value_norm.state_dict(), "optimizer": optimizer.state_dict(), "global_step": global_step,
             "iteration": iteration, "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state(),
             "rollout": starts, **teams.payload(transformer=mat)}
@@ -224,7 +228,7 @@ def acting_policy(saved: Args, env, ckpt: dict, device) -> MultiAgentTransformer
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args, "mat", Args, acting_policy)
+        return evaluate_checkpoint(args, ALGO, Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -237,7 +241,7 @@ def main(args: Args) -> dict:
     check_groups(args, envs)
     # Groups of agents, which learn, which act as other runs. copy=False: a group loaded from a MAT run acts as
     # that run too (one transformer holds every agent's policy, so no group's part of it can be copied out).
-    teams = policy_map(args, envs, "mat", device, copy=False)
+    teams = policy_map(args, envs, ALGO, device, copy=False)
     groups, group_onehot, trained = teams.members, teams.onehot, teams.trained  # {name: agents}, (N, G), (N,)
     # The agents MAT does not train are exactly the loaded groups' (check_groups): their actions are given.
     loaded = (trained == 0).tolist()  # (N,) bools
@@ -249,7 +253,7 @@ def main(args: Args) -> dict:
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
     global_step, start_iteration = 0, 1
-    ckpt, run_path = start_or_resume(args, "mat", device)  # a resumed run gets its RNG states back
+    ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
         mat.load_state_dict(ckpt["transformer"])
         value_norm.load_state_dict(ckpt["value_norm"])
@@ -267,7 +271,7 @@ def main(args: Args) -> dict:
                         dtype=torch.long if envs.discrete else torch.float32)  # what teams.override fills in
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "mat", run_path, ckpt, device, envs=(envs, eval_envs), watch=(mat,))
+    recorder = RunRecorder(args, ALGO, run_path, ckpt, device, envs=(envs, eval_envs), watch=(mat,))
 
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):

@@ -13,6 +13,7 @@ networks are updated only every --policy-delay critic steps. Continuous actions 
 import copy
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Tuple
 
 import torch
@@ -24,6 +25,9 @@ from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, e
                               resume_envs, rng_state, seed_everything, start_or_resume)
 from envs import continuous_hint, make_env, parse_env_kwargs, with_continuous_actions
 from nets import Critic, DeterministicActor
+
+
+ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
 
 
 # ============================================================================ 1. ARGS
@@ -197,7 +201,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def checkpoint_payload(args, teams, actor, critics, target_actor, target_critics, actor_optimizer, critic_optimizer,
                        buffer, sample_gen, global_step, iteration, updates):
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
-    return {"algo": "matd3", "args": args_dict(args), "actor": actor.state_dict(), "critics": critics.state_dict(),
+    return {"algo": ALGO, "args": args_dict(args), "actor": actor.state_dict(), "critics": critics.state_dict(),
             "target_actor": target_actor.state_dict(), "target_critics": target_critics.state_dict(),
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
             "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
@@ -214,7 +218,7 @@ def acting_policy(saved: Args, env, ckpt: dict, device):
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args, "matd3", Args, acting_policy)
+        return evaluate_checkpoint(args, ALGO, Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -227,7 +231,7 @@ def main(args: Args) -> dict:
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
     # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
-    teams = policy_map(args, envs, "matd3", device)  # bad names and unusable runs fail here
+    teams = policy_map(args, envs, ALGO, device)  # bad names and unusable runs fail here
     actor, critics = build_networks(args, envs, device)
     teams.load_weights({"actor": actor, "critics": critics})  # --load-group from a MATD3 run: copy its weights
     target_actor, target_critics = copy.deepcopy(actor), copy.deepcopy(critics)
@@ -238,7 +242,7 @@ def main(args: Args) -> dict:
     buffer = MultiAgentRolloutBuffer(N, capacity=capacity)
     sample_gen = torch.Generator().manual_seed(args.seed)  # replay draws: same seed, same batches
     global_step, start_iteration, updates = 0, 1, 0
-    ckpt, run_path = start_or_resume(args, "matd3", device)  # a resumed run gets its RNG states back
+    ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
         for module, key in ((actor, "actor"), (critics, "critics"), (target_actor, "target_actor"),
                             (target_critics, "target_critics"), (actor_optimizer, "actor_optimizer"),
@@ -255,7 +259,7 @@ def main(args: Args) -> dict:
     trained = teams.trained  # (N,) 1 where the agent's group learns: fixed groups take no part in any loss
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "matd3", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critics))
+    recorder = RunRecorder(args, ALGO, run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critics))
     stats, policy_loss, actor_grad_norm = {}, None, None  # the actor's figures exist from its first (delayed) step
     for iteration in range(start_iteration, args.num_iterations + 1):
 

@@ -17,6 +17,7 @@ object under the names `encoder` (PPO) and `embedder` (IQL): nets/shared.py. Run
 import copy
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Optional, Tuple
 
 import numpy as np
@@ -31,6 +32,9 @@ from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_
 from envs import discrete_hint, make_env, parse_env_kwargs
 from nets import (MLP, Actor, Critic, EncodedPolicy, QPolicy, ValueNorm, check_policy_output, explained_variance,
                   shared_between, trainable_parameters)
+
+
+ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
 
 
 # ============================================================================ 1. ARGS
@@ -297,7 +301,7 @@ def group_indices(args: Args, teams) -> Tuple[list, list]:
 def checkpoint_payload(args, teams, nets, optimizers, value_norm, reward_norm, replay, shuffle_gen, global_step,
                        iteration):
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
-    return {"algo": "ppo_iql", "args": args_dict(args), **{k: v.state_dict() for k, v in nets.items()},
+    return {"algo": ALGO, "args": args_dict(args), **{k: v.state_dict() for k, v in nets.items()},
             **{k: v.state_dict() for k, v in optimizers.items()}, "value_norm": value_norm.state_dict(),
             "reward_norm": reward_norm.state_dict(), "replay": replay.state_dict(), "global_step": global_step,
             "iteration": iteration, "rng": rng_state(), "shuffle_rng": shuffle_gen.get_state(),
@@ -324,7 +328,7 @@ def acting_policy(saved: Args, env, ckpt: dict, device) -> JointPolicy:
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args, "ppo_iql", Args, acting_policy)
+        return evaluate_checkpoint(args, ALGO, Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -337,7 +341,7 @@ def main(args: Args) -> dict:
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
     # Policy mapping: agent -> group -> the algorithm that learns it; --train-groups picks the learners, and a group
     # loaded from a run (--load-group) acts as that run instead and learns nothing.
-    teams = policy_map(args, envs, "ppo_iql", device, copy=False, by_prefix=True)
+    teams = policy_map(args, envs, ALGO, device, copy=False, by_prefix=True)
     ppo_list, iql_list = group_indices(args, teams)
     ppo_idx, iql_idx = torch.as_tensor(ppo_list, device=device), torch.as_tensor(iql_list, device=device)
     Np, Nq = len(ppo_list), len(iql_list)
@@ -361,7 +365,7 @@ def main(args: Args) -> dict:
     nets = {"actor": actor, "critic": critic, "q_net": q_net, "target_q": target_q, "acting_q": acting_q}
     optimizers = {"ppo_optimizer": ppo_optimizer, "iql_optimizer": iql_optimizer}
     global_step, start_iteration = 0, 1
-    ckpt, run_path = start_or_resume(args, "ppo_iql", device)  # a resumed run gets its RNG states back
+    ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
         for key, module in {**nets, **optimizers, "value_norm": value_norm, "reward_norm": reward_norm}.items():
             module.load_state_dict(ckpt[key])
@@ -377,7 +381,7 @@ def main(args: Args) -> dict:
     starts = torch.ones(E, N, device=device)  # episode starts, for a loaded run's recurrent state
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "ppo_iql", run_path, ckpt, device, envs=(envs, eval_envs), watch=tuple(nets.values()))
+    recorder = RunRecorder(args, ALGO, run_path, ckpt, device, envs=(envs, eval_envs), watch=tuple(nets.values()))
 
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):

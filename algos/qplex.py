@@ -15,6 +15,7 @@ The same file as algos/qmix.py except the mixer and what it is given. Run:
 import copy
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Optional, Tuple
 
 import torch
@@ -27,6 +28,9 @@ from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_
                               seed_everything, start_or_resume)
 from envs import discrete_hint, make_env, parse_env_kwargs
 from nets import PerGroup, QPLEXMixer, QPolicy, ValueNorm
+
+
+ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
 
 
 # ============================================================================ 1. ARGS
@@ -190,7 +194,7 @@ def checkpoint_payload(args, teams, agents, mixer, target_agents, target_mixer, 
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts;
     `fresh`: every env copy stands at an episode's start, so the next iteration does not reset. The agent
     network is saved as "q_net": "agents" holds the agent names (teams.payload, for --load-group)."""
-    return {"algo": "qplex", "args": args_dict(args), "q_net": agents.state_dict(), "mixer": mixer.state_dict(),
+    return {"algo": ALGO, "args": args_dict(args), "q_net": agents.state_dict(), "mixer": mixer.state_dict(),
             "target_agents": target_agents.state_dict(), "target_mixer": target_mixer.state_dict(),
             "optimizer": optimizer.state_dict(), "reward_norm": reward_norm.state_dict(),
             "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
@@ -207,7 +211,7 @@ def acting_policy(saved: Args, env, ckpt: dict, device):
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args, "qplex", Args, acting_policy)
+        return evaluate_checkpoint(args, ALGO, Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -219,7 +223,7 @@ def main(args: Args) -> dict:
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, A = args.num_envs, envs.n_agents, envs.n_actions
     # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
-    teams = policy_map(args, envs, "qplex", device)  # bad names and unusable runs fail here
+    teams = policy_map(args, envs, ALGO, device)  # bad names and unusable runs fail here
     groups = teams.members  # {group name: agent indices}, for per-group returns
     K = len(teams.learning)  # learning teams: each has its own mixer, team reward and TD targets
     agents, mixer = build_networks(args, envs, device, teams.learning)
@@ -233,7 +237,7 @@ def main(args: Args) -> dict:
     buffer = MultiAgentRolloutBuffer(N, capacity=max(1, args.buffer_size // E))
     sample_gen = torch.Generator().manual_seed(args.seed)  # replay draws: same seed, same batches
     global_step, start_iteration, updates = 0, 1, 0
-    ckpt, run_path = start_or_resume(args, "qplex", device)  # a resumed run gets its RNG states back
+    ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
         for module, key in ((agents, "q_net"), (mixer, "mixer"), (target_agents, "target_agents"),
                             (target_mixer, "target_mixer"), (optimizer, "optimizer"), (reward_norm, "reward_norm")):
@@ -245,7 +249,7 @@ def main(args: Args) -> dict:
 
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "qplex", run_path, ckpt, device, envs=(envs, eval_envs), watch=(agents, mixer))
+    recorder = RunRecorder(args, ALGO, run_path, ckpt, device, envs=(envs, eval_envs), watch=(agents, mixer))
     obs, state, mask, restored = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where they were
     # fresh: every copy stands at an episode's start (just reset, or all ended at once): no reset is due
     stats, iteration, fresh = {}, start_iteration - 1, ckpt["fresh"] if restored else True

@@ -11,6 +11,7 @@ algos/vdppo.py except the update. Run:
 """
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Tuple
 
 import torch
@@ -22,6 +23,9 @@ from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_
                               seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, PerGroup, QMixer, ValueNorm, VDNMixer, explained_variance
+
+
+ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
 
 
 # ============================================================================ 1. ARGS
@@ -164,7 +168,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def checkpoint_payload(args, teams, actor, critic, mixer, value_norm, optimizer, global_step, iteration, rollout):
     """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts, and the groups and
     rows --load-group reads; `rollout`: what the rollout carries into the next iteration (starts, recurrent states)."""
-    return {"algo": "vda2c", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
+    return {"algo": ALGO, "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "mixer": mixer.state_dict(), "value_norm": value_norm.state_dict(), "optimizer": optimizer.state_dict(),
             "global_step": global_step, "iteration": iteration, "rng": rng_state(), "rollout": rollout,
             **teams.payload(actor=actor, critic=critic)}
@@ -180,7 +184,7 @@ def acting_policy(saved: Args, env, ckpt: dict, device):
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args, "vda2c", Args, acting_policy)
+        return evaluate_checkpoint(args, ALGO, Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -191,7 +195,7 @@ def main(args: Args) -> dict:
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
     # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
-    teams = policy_map(args, envs, "vda2c", device)  # bad names and unusable runs fail here
+    teams = policy_map(args, envs, ALGO, device)  # bad names and unusable runs fail here
     groups, trained, K = teams.members, teams.trained, len(teams.learning)  # {name: agents}, (N,), learning teams
     team_of = teams.team_of_agent  # (N,) every agent's learning team
     firsts = [m[0] for m in teams.learning]  # one agent of each team: team values stored per agent are read there
@@ -203,7 +207,7 @@ def main(args: Args) -> dict:
     optimizer = torch.optim.Adam(params, lr=args.learning_rate, eps=1e-5)
     buffer = MultiAgentRolloutBuffer(N, capacity=1)
     global_step, start_iteration = 0, 1
-    ckpt, run_path = start_or_resume(args, "vda2c", device)  # a resumed run gets its RNG states back
+    ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
         for module, key in ((actor, "actor"), (critic, "critic"), (mixer, "mixer"), (value_norm, "value_norm"),
                             (optimizer, "optimizer")):
@@ -221,7 +225,7 @@ def main(args: Args) -> dict:
         starts, actor_state, critic_state = ckpt["rollout"]
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "vda2c", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic, mixer))
+    recorder = RunRecorder(args, ALGO, run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic, mixer))
 
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):

@@ -10,6 +10,7 @@ objective uses. The same file as algos/mappo.py except the critic. Run:
 """
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Tuple
 
 import numpy as np
@@ -22,6 +23,9 @@ from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_
                               seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
 from nets import Actor, Critic, PerGroup, QMixer, ValueNorm, VDNMixer, explained_variance
+
+
+ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
 
 
 # ============================================================================ 1. ARGS
@@ -183,7 +187,7 @@ def checkpoint_payload(args, teams, actor, critic, mixer, value_norm, optimizer,
                        rollout):
     """Everything a resumed run needs, in types that torch.load(weights_only=True) accepts, and the groups and
     rows --load-group reads; `rollout`: what the rollout carries into the next iteration (starts, recurrent states)."""
-    return {"algo": "vdppo", "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
+    return {"algo": ALGO, "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "mixer": mixer.state_dict(), "value_norm": value_norm.state_dict(), "optimizer": optimizer.state_dict(),
             "global_step": global_step, "iteration": iteration, "rng": rng_state(),
             "shuffle_rng": shuffle_gen.get_state(), "rollout": rollout, **teams.payload(actor=actor, critic=critic)}
@@ -199,7 +203,7 @@ def acting_policy(saved: Args, env, ckpt: dict, device):
 def main(args: Args) -> dict:
     validate(args)
     if args.evaluate_checkpoint:
-        return evaluate_checkpoint(args, "vdppo", Args, acting_policy)
+        return evaluate_checkpoint(args, ALGO, Args, acting_policy)
 
 # ============================================================================ 4. SETUP
     seed_everything(args.seed, args.torch_deterministic)
@@ -210,7 +214,7 @@ def main(args: Args) -> dict:
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, T = args.num_envs, envs.n_agents, args.num_steps
     # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
-    teams = policy_map(args, envs, "vdppo", device)  # bad names and unusable runs fail here
+    teams = policy_map(args, envs, ALGO, device)  # bad names and unusable runs fail here
     groups, trained, K = teams.members, teams.trained, len(teams.learning)  # {name: agents}, (N,), learning teams
     team_of = teams.team_of_agent  # (N,) every agent's learning team
     firsts = [m[0] for m in teams.learning]  # one agent of each team: team values stored per agent are read there
@@ -224,7 +228,7 @@ def main(args: Args) -> dict:
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
     global_step, start_iteration = 0, 1
-    ckpt, run_path = start_or_resume(args, "vdppo", device)  # a resumed run gets its RNG states back
+    ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
         for module, key in ((actor, "actor"), (critic, "critic"), (mixer, "mixer"), (value_norm, "value_norm"),
                             (optimizer, "optimizer")):
@@ -244,7 +248,7 @@ def main(args: Args) -> dict:
         starts, actor_state, critic_state = ckpt["rollout"]
     train_returns, train_lengths, agent_returns = [], [], []  # training episodes ended since the last log
     # TensorBoard, args.json, console, the evaluation and checkpoint schedules; starts the SPS clock.
-    recorder = RunRecorder(args, "vdppo", run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic, mixer))
+    recorder = RunRecorder(args, ALGO, run_path, ckpt, device, envs=(envs, eval_envs), watch=(actor, critic, mixer))
 
     stats = {}
     for iteration in range(start_iteration, args.num_iterations + 1):

@@ -129,7 +129,8 @@ def plot(summaries_by_algo, path: str, continuous=False) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algo", nargs="+", default=["mappo", "ippo"])
+    parser.add_argument("--algo", nargs="+", default=None,
+                        help="files to train (default: mappo ippo); with --from-runs, the runs to read (default: all)")
     parser.add_argument("--env", default="simple_spread", choices=["simple_spread", "torch:simple_spread"],
                         help="the PettingZoo env or its batched torch port")
     parser.add_argument("--seeds", type=int, default=3)
@@ -148,6 +149,7 @@ def main() -> None:
         summaries = [read_run(os.path.dirname(p)) for p in
                      glob.glob(os.path.join(opts.from_runs, "**", "args.json"), recursive=True)]
     else:
+        opts.algo = opts.algo or ["mappo", "ippo"]
         summaries = launcher.main(["--algo", *opts.algo, "--env", opts.env, "--seeds", str(opts.seeds),
                                    "--workers", str(opts.workers), "--run-dir", opts.run_dir, "--",
                                    "--total-timesteps", str(opts.total_timesteps)]
@@ -155,7 +157,7 @@ def main() -> None:
     by_algo = {}
     summaries = [s for s in summaries if s["eval_history"]]
     for s in summaries:
-        if s["env"] in SPREAD_NAMES and s["algo"] in opts.algo:
+        if s["env"] in SPREAD_NAMES and (opts.algo is None or s["algo"] in opts.algo):
             key = s["algo"] if s["env"].startswith(("simple", "mpe2")) else f"{s['algo']} (torch)"
             by_algo.setdefault(key, []).append(s)
     report(by_algo, opts.json, opts.continuous)

@@ -284,15 +284,17 @@ def make_teams(agents: Sequence[str], share_params: str, agent_groups: Sequence[
 
 
 def policy_map(args, envs, algo: str, device: Optional[torch.device] = None, copy: bool = True,
-               by_prefix: bool = False) -> Teams:
+               by_prefix: bool = False, turn_based: bool = False) -> Teams:
     """The run's groups from `args` (`GroupArgs`) and the env's agents: which learn, which start
     from another run. Every name is checked and every loaded run opened here, before a run folder
     is written: a run on other agents, or whose algorithm cannot act in this env, fails at once.
     copy=False: a run of this algorithm acts as that run too (a file whose networks are not laid
     out per agent, ppo_iql), instead of having its group's weights copied. by_prefix: groups are the
-    name prefixes even where `TEAMS` joins roles into one team (ppo_iql learns roles apart)."""
+    name prefixes even where `TEAMS` joins roles into one team (ppo_iql learns roles apart).
+    turn_based: the file learns from each agent's own moves (`common.turns`), so turn-based envs are
+    accepted; it is the file's word, so a copy under another name keeps it."""
     agents = agent_names(envs)
-    check_turns(envs, algo, args.env)  # a turn-based game needs a file that learns from each agent's moves
+    check_turns(envs, algo, args.env, turn_based)  # a turn-based game needs a file that learns from each agent's moves
     check_share_params(args.share_params)
     names, group_of_agent = assign_groups(agents, args.agent_groups, "" if by_prefix else args.env)
     load = parse_pairs(args.load_group, "--load-group", "adversary=runs/<run_name>")

@@ -36,9 +36,13 @@ def whose_move(source, device) -> Optional[torch.Tensor]:
     return None if acting is None else torch.as_tensor(acting, device=device)
 
 
-def check_turns(env, algo: str, env_name: str) -> None:
-    """A turn-based env given to a file that cannot learn from moves fails, naming those that can."""
-    if is_turn_based(env) and algo not in TURN_BASED_ALGOS:
+def check_turns(env, algo: str, env_name: str, turn_based: Optional[bool] = None) -> None:
+    """A turn-based env given to a file that cannot learn from moves fails, naming those that can.
+    `turn_based`: what the file says of itself (`policy_map(..., turn_based=True)`); without it, whether
+    `algo` is one of `TURN_BASED_ALGOS` (the league asks by name)."""
+    if turn_based is None:
+        turn_based = algo in TURN_BASED_ALGOS
+    if is_turn_based(env) and not turn_based:
         raise ConfigError(f"{env_name} is turn-based (one agent moves per step; its rewards arrive on other "
                           f"agents' moves) and {algo} does not learn from each agent's own moves yet; files that "
                           f"do: {', '.join(f'algos/{a}.py' for a in TURN_BASED_ALGOS)}")

@@ -52,11 +52,13 @@ def doc_commands():
 
     Lines joined with a trailing backslash are one command; `a && b`, `a; b` and `a | b` are
     split into separate commands (the separators must stand apart as in normal shell style);
-    `# comments` and a leading `$ ` prompt are dropped.
+    `# comments` and a leading `$ ` prompt are dropped. A file made in the block by
+    `cp algos/a.py algos/b.py` (a new method from a copy) is checked as the file it copies.
     """
     found = []
     for path in DOC_FILES:
         for block in fenced_blocks(read(path)):
+            copies = {}
             for line in block.replace("\\\n", " ").splitlines():
                 line = line.strip()
                 line = line.removeprefix("$ ")
@@ -67,8 +69,11 @@ def doc_commands():
                 command = []
                 for token in tokens + [";"]:
                     if token in SEPARATORS:
+                        if len(command) == 3 and command[0] == "cp":
+                            copies[command[2]] = command[1]
                         if len(command) >= 2 and command[0] in ("python", "python3"):
-                            found.append((rel(path), shlex.join(command), command[1:]))
+                            argv = [copies.get(command[1], command[1]), *command[2:]]
+                            found.append((rel(path), shlex.join(command), argv))
                         command = []
                     else:
                         command.append(token)
