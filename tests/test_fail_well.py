@@ -20,11 +20,9 @@ import torch
 
 from common.cli import RunDiverged, make_args, run_cli
 from common.run_utils import RunRecorder, load_checkpoint, write_json_atomic
+from tests.catalog import ALGOS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ALGOS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "algos", "*.py"))
-               if not p.endswith("__init__.py"))
-CONTINUOUS_ONLY = ("matd3", "masac", "isac", "hasac", "hatd3", "haddpg")  # their default env is continuous simple_spread
 
 
 def strict_json(path):

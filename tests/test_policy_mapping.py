@@ -19,13 +19,11 @@ from algos import ippo
 from common.cli import ConfigError, make_args, saved_args
 from common.groups import policy_map
 from envs import make_env
+from tests.catalog import ALGOS, CONTINUOUS_FIRST, CONTINUOUS_ONLY, ONE_NETWORK
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ALGOS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "algos", "[a-z]*.py"))
-               if not p.endswith("ppo_iql.py"))  # ppo_iql: its two groups are its mapping (tests/test_multi_policy.py)
-CONTINUOUS_ONLY = {"masac", "matd3", "isac", "hasac", "hatd3", "haddpg"}
-ONE_NETWORK = {"mat"}  # one transformer acts for every agent: no per-group sets, no fixed group beside learning ones
-CONTINUOUS_FIRST = {"iddpg", "maddpg", "facmac"}  # take continuous actions where an env has both
+ALGOS = [a for a in ALGOS if a != "ppo_iql"]  # ppo_iql: its two groups are its mapping (tests/test_multi_policy.py)
+# ONE_NETWORK: one network acts for every agent (MAT): no per-group sets, no fixed group beside learning ones
 SHORT = ("max_cycles=4",)  # episodes end inside the tiny runs: returns get logged, replays fill
 # Tiny settings, each given to the algorithms whose Args have the field.
 TINY = dict(num_envs=2, num_steps=4, total_timesteps=16, eval_every=0, eval_episodes=2, eval_num_envs=1,
