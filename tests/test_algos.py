@@ -1,5 +1,8 @@
-"""Smoke runs of every algorithm (imported and called in-process for two iterations),
-determinism, and checkpoint / resume / evaluation. Learning checks live in benchmarks/."""
+"""MAPPO and IPPO in depth, the two files the others were copied from: smoke runs over every
+axis (actions, parameter sharing, recurrence; in-process, two iterations), determinism, checkpoint /
+resume / evaluation, next values at episode ends, learning-rate schedules. Every file's smoke run
+(with groups, fixed and loaded) is in test_policy_mapping.py, its bad input in test_fail_well.py;
+learning checks live in benchmarks/."""
 import json
 import math
 import os
