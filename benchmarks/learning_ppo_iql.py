@@ -5,9 +5,9 @@ The run is trained in --segments pieces (each a --resume of the last to a larger
 --total-timesteps); after the first iteration and after every piece, its checkpoint plays
 --episodes greedy episodes three ways: predators (PPO) against random prey, prey (IQL) against
 random predators, and the two learned sides against each other. Random against random is the
-reference. Writes benchmarks/results/learning_ppo_iql.json and docs/img/learning_ppo_iql.png,
-and prints the table. Seeds already in --out are kept and new ones merged in (--fresh starts
-over), so seeds can be added later. Run:
+reference. Writes benchmarks/results/learning_ppo_iql/ppo_iql_simple_tag-torch_3m.json and
+docs/img/learning_ppo_iql.png, and prints the table. Seeds already in --out are kept and new ones
+merged in (--fresh starts over), so seeds can be added later. Run:
 
     python benchmarks/learning_ppo_iql.py --total-timesteps 3000000 --seeds 1
     python benchmarks/learning_ppo_iql.py --total-timesteps 3000000 --seed-list 2 3   # merged with seed 1
@@ -131,7 +131,8 @@ def main():
     parser.add_argument("--plot-only", action="store_true", help="redraw --plot from --out and exit")
     parser.add_argument("--episodes", type=int, default=200, help="greedy episodes per match-up and point")
     parser.add_argument("--run-dir", default="runs/learning_ppo_iql", help="where the runs go")
-    parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "learning_ppo_iql.json"))
+    parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "learning_ppo_iql",
+                                                      "ppo_iql_simple_tag-torch_3m.json"))
     parser.add_argument("--plot", default=os.path.join(REPO, "docs", "img", "learning_ppo_iql.png"))
     cli = parser.parse_args()
     if cli.plot_only:

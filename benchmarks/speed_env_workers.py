@@ -7,7 +7,7 @@ step the same copies with the same seeds). The speed issue's bar: with 2 workers
 a family whose env step dominates (MaMuJoCo, RWARE) trains at least 1.6x faster than in one process.
 
     python benchmarks/speed_env_workers.py --env mamujoco:HalfCheetah-2x3 --workers 1 2 --repeats 3 \
-        --json benchmarks/results/speed_env_workers_halfcheetah.json
+        --json benchmarks/results/speed_env_workers/mappo_halfcheetah-2x3_e16.json
     python benchmarks/speed_env_workers.py --env rware:rware-tiny-2ag-v2 --algo mappo --flags "--num-envs 16"
 """
 import argparse

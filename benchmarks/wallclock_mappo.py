@@ -14,7 +14,8 @@ GPU (`--device cuda` passes --cuda, the preset's env copies are then stepped on 
 speed issue asks for 2,000,000 env steps/s with many copies; `benchmarks/speed_torch_mpe.py --device
 cuda` sweeps the number of copies.
 
-    python benchmarks/wallclock_mappo.py --seeds 3 --json benchmarks/results/mappo_fast_cpu_preset.json
+    python benchmarks/wallclock_mappo.py --seeds 3 \
+        --json benchmarks/results/wallclock_mappo/mappo_simple_spread-torch_24m_fast-cpu-preset.json
     python benchmarks/wallclock_mappo.py --from-runs runs/bench_wallclock      # re-read finished runs
     python benchmarks/wallclock_mappo.py --seeds 1 --flags "--num-envs 2048"   # a variation
 """
