@@ -125,7 +125,7 @@ def validate(args: Args, env=None) -> None:
     if args.eps_anneal_steps < 0:
         raise ConfigError(f"--eps-anneal-steps must be at least 0, got {args.eps_anneal_steps}")
     if env is not None and not env.discrete:
-        raise ConfigError(f"coma needs discrete actions (its critic outputs one Q value per action and its baseline "
+        raise ConfigError(f"{ALGO} needs discrete actions (its critic outputs one Q value per action and its baseline "
                           f"sums over them); {args.env} has continuous ones. For continuous actions use "
                           "algos/mappo.py, algos/ippo.py, algos/vdppo.py or algos/vda2c.py "
                           f"(or {discrete_hint(args.env)})")
@@ -142,7 +142,8 @@ def build_networks(args: Args, env, device):
     # One output per own action: Q_i(s, (a_-i, a)) for every a in a single forward pass. The small
     # output gain starts Q nearly equal for all own actions, so no action is favoured before data says so.
     state_in = env.state_shape if len(env.state_shape) == 3 else (env.state_dim,)  # an image state, or flat
-    critic_in = (state_in, env.obs_shape, (env.n_agents * env.n_actions,))  # three inputs: see critic_inputs
+    # three inputs: see counterfactual_critic_inputs
+    critic_in = (state_in, env.obs_shape, (env.n_agents * env.n_actions,))
     critic = AgentNet(critic_in, env.n_actions, env.n_agents, sets, args.critic_hidden_sizes, "none",
                       out_gain=0.01, activation=args.activation, in_sizes=(None, env.obs_dims, None),
                       out_mask=torch.as_tensor(env.action_dim_mask)).to(device)
@@ -150,7 +151,7 @@ def build_networks(args: Args, env, device):
 
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
-def critic_inputs(state: torch.Tensor, obs: torch.Tensor, actions_onehot: torch.Tensor):
+def counterfactual_critic_inputs(state: torch.Tensor, obs: torch.Tensor, actions_onehot: torch.Tensor):
     """COMA critic input for every agent: state (..., S), obs (..., N, *obs_shape), actions (..., N, A)
     one-hot -> the three inputs (state (..., N, S), obs (..., N, *obs_shape), joint (..., N, N * A)),
     which the critic encodes apart (an image through its CNN) and concatenates.
@@ -182,7 +183,7 @@ def epsilon_at(args: Args, global_step: int) -> float:
     return args.eps_start + frac * (args.eps_finish - args.eps_start)
 
 
-def explore(dist: MaskedCategorical, epsilon: float) -> MaskedCategorical:
+def behaviour_policy(dist: MaskedCategorical, epsilon: float) -> MaskedCategorical:
     """The behaviour policy (1 - eps) pi + eps * uniform over the available actions (pymarl's COMA).
     Masked actions keep probability 0; gradients flow through pi."""
     available = (dist.logits > torch.finfo(dist.logits.dtype).min / 2).float()  # masked: logit at the floor
@@ -203,14 +204,17 @@ def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
 
 
 def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: float):
-    """TD(lambda) targets, every tensor (T, B[, N]) (as in pymarl's COMA and QMIX):
-    y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'(s_{t+1}, a_{t+1}) + lambda y_{t+1}].
+    """TD(lambda) targets, every tensor (T, B[, N]) over stored episodes or sequences (as in pymarl's COMA and
+    QMIX): y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'_{t+1} + lambda y_{t+1}].
 
-    next_q[t] is the target critic's value of s_{t+1} and the next joint action. At the last step
-    of an episode there is no y_{t+1}, so the target bootstraps from next_q alone: a time-limit
-    truncation keeps that bootstrap (the task was not over), a termination removes it. The
-    rollout's last step bootstraps from next_q alone as well.
+    next_q[t] is the target network's value Q'_{t+1} of the true s_{t+1} (for a critic of actions: and of the
+    next action). Where an episode ends (`ended`, its last real step) or the stored sequence stops there is no
+    y_{t+1} to use, so the target bootstraps from next_q alone: a time-limit truncation keeps that bootstrap (the
+    task was not over), a termination removes it. Padded steps after an episode's end never leak into real ones.
+    lambda = 0 is the one-step target of DQN, DDPG and MADDPG.
     """
+    if lam == 0.0:  # the same targets without the loop
+        return rewards + gamma * (1.0 - terminated) * next_q
     targets = torch.zeros_like(rewards)
     ret = next_q[-1]
     for t in reversed(range(rewards.shape[0])):
@@ -222,13 +226,14 @@ def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: flo
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
-    with torch.no_grad():
-        for t, o in zip(target.parameters(), online.parameters()):
-            t.lerp_(o, tau)
+    pairs = list(zip(target.parameters(), online.parameters()))
+    if pairs:  # (VDN's sum has none)
+        with torch.no_grad():  # one multi-tensor call, not a Python loop over the tensors
+            torch._foreach_lerp_([t for t, _ in pairs], [o for _, o in pairs], tau)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -330,7 +335,8 @@ def main(args: Args) -> dict:
                 extras["action_masks"] = mask
             with torch.no_grad():
                 dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
-                action = teams.override(explore(dist, epsilon).sample()[0], obs, starts, mask)[None]  # (1, E, N);
+                drawn = behaviour_policy(dist, epsilon).sample()[0]  # (E, N)
+                action = teams.override(drawn, obs, starts, mask)[None]  # (1, E, N);
                 # groups loaded from another algorithm's run act as that run does
             result = envs.step(action[0])  # a torch env keeps it on the device
             final_state = torch.as_tensor(result.final_state, device=device)  # true s_{t+1}, before auto-reset
@@ -341,7 +347,7 @@ def main(args: Args) -> dict:
                 final_mask = None if final_mask is None else torch.as_tensor(final_mask, device=device)[None]
                 with torch.no_grad():
                     final_dist, _ = actor(final_obs[None], actor_state, torch.zeros_like(starts)[None], final_mask)
-                    final_action = explore(final_dist, epsilon).sample()[0]
+                    final_action = behaviour_policy(final_dist, epsilon).sample()[0]
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
                 states=obs, actions=action[0], rewards=torch.as_tensor(result.reward, device=device),
@@ -359,7 +365,7 @@ def main(args: Args) -> dict:
             train_lengths.extend(result.episode_length[result.done].tolist())
         with torch.no_grad():  # a_T ~ pi(. | o_T): bootstraps the last step wherever its episode goes on
             last_dist, _ = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
-            last_action = explore(last_dist, epsilon).sample()[0]  # (E, N)
+            last_action = behaviour_policy(last_dist, epsilon).sample()[0]  # (E, N)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
@@ -374,8 +380,8 @@ def main(args: Args) -> dict:
             # step's action belongs to a new episode) or after the rollout's last step.
             next_actions = torch.cat([actions[1:], last_action[None].long()], dim=0)  # (T, E, N)
             next_actions = torch.where(b["episode_ends"].bool(), b["final_actions"].long(), next_actions)
-            next_in = critic_inputs(b["next_global_states"][..., 0, :], b["next_states"],
-                                    F.one_hot(next_actions, A).float())  # three (T, E, N, ...) at s_{t+1}, a_{t+1}
+            next_in = counterfactual_critic_inputs(b["next_global_states"][..., 0, :], b["next_states"],
+                                                   F.one_hot(next_actions, A).float())  # three (T, E, N, ...) at s', a'
             next_q = target_critic(next_in)[0].gather(-1, next_actions[..., None]).squeeze(-1)  # (T, E, N)
             next_q = value_norm.denormalize(next_q) if args.value_norm else next_q
             # Every agent's Q_i learns its own team's reward (COMA's critic is trained on the team reward).
@@ -383,8 +389,8 @@ def main(args: Args) -> dict:
             terminated, _ = team_flags(b["truncated"], b["episode_ends"])  # (T, E)
             targets = td_lambda_targets(team_reward, next_q, terminated[..., None].expand(T, E, N),
                                         b["episode_ends"], args.gamma, args.td_lambda)  # (T, E, N)
-            inputs = critic_inputs(b["global_states"][..., 0, :], b["states"],
-                                   F.one_hot(actions, A).float())  # three (T, E, N, ...) inputs at s_t, a_t
+            inputs = counterfactual_critic_inputs(b["global_states"][..., 0, :], b["states"],
+                                                  F.one_hot(actions, A).float())  # three (T, E, N, ...) at s_t, a_t
             q_old = critic(inputs)[0].gather(-1, actions[..., None]).squeeze(-1)  # (T, E, N), before the update
             q_old = value_norm.denormalize(q_old) if args.value_norm else q_old
             if args.value_norm:
@@ -414,7 +420,7 @@ def main(args: Args) -> dict:
 
         # Then one actor step on the whole rollout, with the counterfactual advantage of the updated critic.
         dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
-        behaviour = explore(dist, epsilon)  # the policy the actions were drawn from
+        behaviour = behaviour_policy(dist, epsilon)  # the policy the actions were drawn from
         logprob, entropy = behaviour.log_prob(actions), dist.entropy()  # (T, E, N)
         with torch.no_grad():
             q = critic(inputs)[0]  # (T, E, N, A): Q_i(s, (a_-i, a)) for every own action a, critic units

@@ -122,22 +122,26 @@ def team_value(critic, state: torch.Tensor, critic_state, starts: torch.Tensor):
 
 
 def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
-    """Per-agent flags (T, E, N) -> the team's (terminated, truncated), each (T, E): the team's episode ends
-    with the env copy's, cut by the clock if any agent was truncated (VDPPO's, algos/vdppo.py)."""
+    """Per-agent flags (T, E, N) -> the team's (terminated, truncated), each (T, E).
+
+    The team's episode ends when the env copy's episode ends (`episode_ends`, the same for
+    every agent); it was cut by the clock if any agent was truncated, and otherwise ended by
+    the task. An agent that leaves early does not end the team's episode.
+    """
     ended = episode_ends[..., 0]  # (T, E)
     cut = truncated.amax(-1)  # (T, E)
     return ended * (1.0 - cut), ended * cut
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
-    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E[, N]).
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N), or (T, E) for a
+    team reward and a team value.
 
-    Here (T, E): the team reward and the team value. next_values[t] is V of the true next state
-    s_{t+1} (the final observation where the episode ended). A time-limit truncation still
-    bootstraps from it: the episode was cut, the task was not over. Termination does not. Either
-    way the advantage does not flow back across the episode boundary. lam = 1 gives the n-step
-    returns of A3C (Mnih et al. 2016): the discounted rewards up to the rollout's end, plus the
-    discounted V(s_T) there.
+    next_values[t] is V of the true next state s_{t+1} (the final observation where the episode
+    ended). A time-limit truncation still bootstraps from it: the episode was cut, the task
+    was not over. Termination does not. Either way the advantage does not flow back across
+    the episode boundary. lam = 1 gives the n-step returns of A3C (Mnih et al. 2016): the
+    discounted rewards up to the rollout's end, plus the discounted V(s_T) there.
     """
     advantages = torch.zeros_like(rewards)
     last = torch.zeros_like(rewards[0])
@@ -151,7 +155,7 @@ def compute_gae(rewards, values, next_values, terminated, truncated, gamma: floa
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -169,7 +173,7 @@ def agent_forward(actor, agent: int, *inputs):
 
 
 def agent_ratio(dist, d, agent: int) -> torch.Tensor:
-    """pi_new / pi_old of one agent at every step, (T, E), from its own distribution (over (L, B, 1),
+    """pi_new / pi_old of one agent at every step, (L, B), from its own distribution (over (L, B, 1),
     nets.forward_agent); 1 where the agent was not alive."""
     ratio = (dist.log_prob(d["actions"][:, :, agent:agent + 1])[..., 0] - d["log_probs"][..., agent]).exp()
     return torch.where(d["alive"][..., agent].bool(), ratio, torch.ones_like(ratio))

@@ -109,7 +109,7 @@ def validate(args: Args, env=None) -> None:
                           f"(--num-steps x --num-envs = {args.steps_per_iteration} env steps)")
     check_group_args(args)
     if env is not None and env.discrete:
-        raise ConfigError(f"haddpg needs continuous actions; {args.env} has discrete ones here: "
+        raise ConfigError(f"{ALGO} needs continuous actions; {args.env} has discrete ones here: "
                           f"{continuous_hint(args.env)}; or use algos/maddpg.py (Gumbel-softmax) for discrete actions")
 
 
@@ -131,13 +131,14 @@ def build_networks(args: Args, env, device, n_teams: int = 1):
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
 def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: float):
-    """TD(lambda) targets, every tensor (T, B[, N]) over stored sequences (as in algos/qmix.py):
-    y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'(s_{t+1}) + lambda y_{t+1}].
+    """TD(lambda) targets, every tensor (T, B[, N]) over stored episodes or sequences (as in pymarl's COMA and
+    QMIX): y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'_{t+1} + lambda y_{t+1}].
 
-    next_q[t] is the target critic's value of the true s_{t+1}. Where an episode ends (or the stored
-    sequence stops) there is no y_{t+1} to use, so the target bootstraps from Q'(s_{t+1}) alone: a
-    time-limit truncation keeps that bootstrap (the task was not over), a termination removes it.
-    lambda = 0 is the one-step target of DDPG and MADDPG.
+    next_q[t] is the target network's value Q'_{t+1} of the true s_{t+1} (for a critic of actions: and of the
+    next action). Where an episode ends (`ended`, its last real step) or the stored sequence stops there is no
+    y_{t+1} to use, so the target bootstraps from next_q alone: a time-limit truncation keeps that bootstrap (the
+    task was not over), a termination removes it. Padded steps after an episode's end never leak into real ones.
+    lambda = 0 is the one-step target of DQN, DDPG and MADDPG.
     """
     if lam == 0.0:  # the same targets without the loop
         return rewards + gamma * (1.0 - terminated) * next_q
@@ -150,7 +151,7 @@ def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: flo
     return targets
 
 
-def explore(actor, obs, args: Args, random: bool) -> torch.Tensor:
+def explore_continuous(actor, obs, args: Args, random: bool) -> torch.Tensor:
     """Training actions (E, N, A): mu(o) + N(0, noise^2) clipped to [-1, 1]; uniformly random in
     [-1, 1] while `random` (before learning starts). Padded dimensions stay 0."""
     out = actor.output(obs)  # (E, N, A)
@@ -174,7 +175,7 @@ def with_agent_action(joint: torch.Tensor, agent: int, own: torch.Tensor) -> tor
     return torch.where(slot, own, joint)
 
 
-def team_flags(dones, truncated, alive, learning: List[List[int]]):
+def learning_team_flags(dones, truncated, alive, learning: List[List[int]]):
     """Per-agent flags (B, N) -> every learning team's (terminated, ended, alive), each (B, K). A team's episode
     is over when none of its agents acts on (each terminated or already gone); cut by the clock (bootstrapped)
     if any of its agents was truncated. `ended` stops the TD(lambda) recursion; `alive` (any agent of the team
@@ -235,12 +236,14 @@ def sequential_actor_update(actor, critic, optimizers, set_of: List[int], order:
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
-    with torch.no_grad():  # one multi-tensor call for all the parameters
-        torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+    pairs = list(zip(target.parameters(), online.parameters()))
+    if pairs:  # (VDN's sum has none)
+        with torch.no_grad():  # one multi-tensor call, not a Python loop over the tensors
+            torch._foreach_lerp_([t for t, _ in pairs], [o for _, o in pairs], tau)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -323,7 +326,7 @@ def main(args: Args) -> dict:
         buffer.reset_current_episode()
         for _ in range(T):
             with torch.no_grad():
-                action = explore(actor, obs, args, random=global_step < args.learning_starts)  # (E, N, A)
+                action = explore_continuous(actor, obs, args, random=global_step < args.learning_starts)  # (E, N, A)
                 # Groups loaded from another algorithm's run act as that run does; the replay keeps the joint
                 # action played, which the team critic learns from.
                 action = teams.override(action, obs, starts)
@@ -371,7 +374,8 @@ def main(args: Args) -> dict:
                 # team reward (summed over the team's agents: R_pz3 units on mpe2) along each stored sequence.
                 next_actions = loaded_group_actions(teams, next_obs_b, target_actor.output(next_obs_b))  # (B, N, A)
                 next_q, _ = target_critic(team_critic_inputs(next_info, next_actions, K))  # (B, K)
-                terminated, ended, team_alive = team_flags(b["dones"], b["truncated"], b["alive"], teams.learning)
+                terminated, ended, team_alive = learning_team_flags(b["dones"], b["truncated"], b["alive"],
+                                                                    teams.learning)
                 seq = (T, B // T, K)  # back to (T, B_seq, K) for the backward recursion
                 ended = ended.view(seq).clone()
                 ended[-1] = 1.0  # the stored sequence stops: its last step bootstraps from Q' alone there

@@ -6,8 +6,10 @@ Every agent has its own policy parameters (--share-params none); one critic on t
 values the team's return (one per learning group: rival teams keep theirs). Each update draws a
 random order of the agents, and they update one after another: agent i_m maximises PPO's clipped
 objective with the joint advantage weighted by the product of the probability ratios
-pi_new / pi_old of the agents updated before it. The same file as algos/mappo.py except the team
-critic and that sequential update. Run:
+pi_new / pi_old of the agents updated before it. It keeps algos/mappo.py's sections and rollout, but
+differs from it in more than the team critic and that sequential update: one Adam per parameter set,
+advantages normalised per learning team (not per group), its own defaults, a plain linear learning-rate
+decay, and none of MAPPO's GNN critic, turn-based play or sampled evaluation. Run:
 
     python algos/happo.py --env simple_spread
 """
@@ -132,19 +134,26 @@ def team_value(critic, state: torch.Tensor, critic_state, starts: torch.Tensor):
 
 
 def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
-    """Per-agent flags (T, E, N) -> the team's (terminated, truncated), each (T, E): the team's episode ends
-    with the env copy's, cut by the clock if any agent was truncated (VDPPO's, algos/vdppo.py)."""
+    """Per-agent flags (T, E, N) -> the team's (terminated, truncated), each (T, E).
+
+    The team's episode ends when the env copy's episode ends (`episode_ends`, the same for
+    every agent); it was cut by the clock if any agent was truncated, and otherwise ended by
+    the task. An agent that leaves early does not end the team's episode.
+    """
     ended = episode_ends[..., 0]  # (T, E)
     cut = truncated.amax(-1)  # (T, E)
     return ended * (1.0 - cut), ended * cut
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
-    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E[, N]).
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N), or (T, E) for a
+    team reward and a team value.
 
-    Here (T, E): the team reward and value. next_values[t] is V of the true next state s_{t+1}; a
-    time-limit truncation bootstraps from it, a termination does not; neither lets the advantage
-    flow back across the episode boundary.
+    next_values[t] is V of the true next state s_{t+1} (the final observation where the episode
+    ended). A time-limit truncation still bootstraps from it: the episode was cut, the task
+    was not over. Termination does not. Either way the advantage does not flow back across
+    the episode boundary. lam = 1 gives the n-step returns of A3C (Mnih et al. 2016): the
+    discounted rewards up to the rollout's end, plus the discounted V(s_T) there.
     """
     advantages = torch.zeros_like(rewards)
     last = torch.zeros_like(rewards[0])
@@ -164,7 +173,7 @@ def to_chunks(x: torch.Tensor, L: int) -> torch.Tensor:
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -188,7 +197,7 @@ def agent_ratio(dist, d, agent: int) -> torch.Tensor:
     return torch.where(d["alive"][..., agent].bool(), ratio, torch.ones_like(ratio))
 
 
-def agent_policy_loss(dist, d, agent: int, factor: torch.Tensor, clip_coef: float):
+def agent_clipped_loss(dist, d, agent: int, factor: torch.Tensor, clip_coef: float):
     """HAPPO's clipped objective for one agent, from its own distribution (over (L, B, 1),
     nets.forward_agent) (Kuba et al. 2022, HAPPO): mean_alive[max(-M A rho, -M A clip(rho, 1 - eps, 1 + eps))],
     with rho the agent's own ratio, A the team advantage and M = factor (L, B), the product of the
@@ -395,8 +404,8 @@ def main(args: Args) -> dict:
                     mb_state = None if a_state is None else tuple(s[mb] for s in a_state)
                     dist, _ = agent_forward(actor, agent, d["states"], mb_state, d["episode_starts"],
                                             d.get("action_masks"))  # over (L, B, 1)
-                    pg_loss, entropy_loss, approx_kl, clipfrac = agent_policy_loss(dist, d, agent, factors[team][:, mb],
-                                                                                   args.clip_coef)
+                    pg_loss, entropy_loss, approx_kl, clipfrac = agent_clipped_loss(
+                        dist, d, agent, factors[team][:, mb], args.clip_coef)
                     clipfracs.append(clipfrac.item())
                     optimizer.zero_grad()
                     (pg_loss - args.ent_coef * entropy_loss).backward()

@@ -122,7 +122,8 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError(f"--alpha must be positive, got {args.alpha}")
     check_group_args(args)
     if env is not None and env.discrete:
-        raise ConfigError(f"hasac needs continuous actions; {args.env} has discrete ones here: {continuous_hint(args.env)}; "
+        raise ConfigError(f"{ALGO} needs continuous actions; {args.env} has discrete ones here: "
+                          f"{continuous_hint(args.env)}; "
                           "or use algos/happo.py (or algos/maddpg.py, Gumbel-softmax) for discrete actions")
 
 
@@ -144,13 +145,14 @@ def build_networks(args: Args, env, device, n_teams: int = 1):
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
 def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: float):
-    """TD(lambda) targets, every tensor (T, B[, N]) over stored sequences (as in algos/qmix.py):
-    y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'(s_{t+1}) + lambda y_{t+1}].
+    """TD(lambda) targets, every tensor (T, B[, N]) over stored episodes or sequences (as in pymarl's COMA and
+    QMIX): y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'_{t+1} + lambda y_{t+1}].
 
-    next_q[t] is the target critic's value of the true s_{t+1}. Where an episode ends (or the stored
-    sequence stops) there is no y_{t+1} to use, so the target bootstraps from Q'(s_{t+1}) alone: a
-    time-limit truncation keeps that bootstrap (the task was not over), a termination removes it.
-    lambda = 0 is the one-step target of DDPG and MADDPG.
+    next_q[t] is the target network's value Q'_{t+1} of the true s_{t+1} (for a critic of actions: and of the
+    next action). Where an episode ends (`ended`, its last real step) or the stored sequence stops there is no
+    y_{t+1} to use, so the target bootstraps from next_q alone: a time-limit truncation keeps that bootstrap (the
+    task was not over), a termination removes it. Padded steps after an episode's end never leak into real ones.
+    lambda = 0 is the one-step target of DQN, DDPG and MADDPG.
     """
     if lam == 0.0:  # the same targets without the loop
         return rewards + gamma * (1.0 - terminated) * next_q
@@ -163,7 +165,7 @@ def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: flo
     return targets
 
 
-def explore(actor, obs, random: bool) -> torch.Tensor:
+def explore_by_sampling(actor, obs, random: bool) -> torch.Tensor:
     """Training actions (E, N, A): a draw from pi(. | o); uniformly random in [-1, 1] while `random`
     (before learning starts). Padded dimensions stay 0."""
     dist, _ = actor(obs)
@@ -196,7 +198,7 @@ def with_agent_action(joint: torch.Tensor, agent: int, own: torch.Tensor) -> tor
     return torch.where(slot, own, joint)
 
 
-def team_flags(dones, truncated, alive, learning: List[List[int]]):
+def learning_team_flags(dones, truncated, alive, learning: List[List[int]]):
     """Per-agent flags (B, N) -> every learning team's (terminated, ended, alive), each (B, K). A team's episode
     is over when none of its agents acts on (each terminated or already gone); cut by the clock (bootstrapped)
     if any of its agents was truncated. `ended` stops the TD(lambda) recursion; `alive` (any agent of the team
@@ -221,8 +223,8 @@ def loaded_group_actions(teams, obs: torch.Tensor, actions: torch.Tensor) -> tor
     return actions
 
 
-def sequential_actor_update(actor, critics, optimizers, set_of: List[int], order: List[int], team_of: List[int],
-                            obs, info, replay_actions, learning, alpha, alive, max_grad_norm: float):
+def sequential_soft_actor_update(actor, critics, optimizers, set_of: List[int], order: List[int], team_of: List[int],
+                                 obs, info, replay_actions, learning, alpha, alive, max_grad_norm: float):
     """HASAC's actor step (Liu et al. 2024, Algorithm 1; run as HARL's off_policy_ha_runner.py runs it).
 
     First every learning agent draws an action from its current policy (no gradient); agents of fixed or loaded
@@ -258,12 +260,14 @@ def sequential_actor_update(actor, critics, optimizers, set_of: List[int], order
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
-    with torch.no_grad():  # one multi-tensor call for all the parameters
-        torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+    pairs = list(zip(target.parameters(), online.parameters()))
+    if pairs:  # (VDN's sum has none)
+        with torch.no_grad():  # one multi-tensor call, not a Python loop over the tensors
+            torch._foreach_lerp_([t for t, _ in pairs], [o for _, o in pairs], tau)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -364,7 +368,7 @@ def main(args: Args) -> dict:
         buffer.reset_current_episode()
         for _ in range(T):
             with torch.no_grad():
-                action = explore(actor, obs, random=global_step < args.learning_starts)  # (E, N, A)
+                action = explore_by_sampling(actor, obs, random=global_step < args.learning_starts)  # (E, N, A)
                 # Groups loaded from another algorithm's run act as that run does; the replay keeps the joint
                 # action played, which the team critics learn from.
                 action = teams.override(action, obs, starts)
@@ -407,7 +411,7 @@ def main(args: Args) -> dict:
             else:
                 info, next_info = obs_b.reshape(B, -1), next_obs_b.reshape(B, -1)  # (B, N * obs_dim)
             alpha = log_alpha.detach().exp()  # (N,)
-            terminated, ended, team_alive = team_flags(b["dones"], b["truncated"], b["alive"], teams.learning)
+            terminated, ended, team_alive = learning_team_flags(b["dones"], b["truncated"], b["alive"], teams.learning)
             with torch.no_grad():
                 # The team's soft value of every step's true next state (the final one where an episode ended),
                 # min_j Q'^j_k(s', a') - sum_{i in team k} alpha_i log pi_i(a'_i | o'_i) with a' ~ pi(. | o'), the
@@ -438,13 +442,13 @@ def main(args: Args) -> dict:
             critic_optimizer.step()
             critics.requires_grad_(False)  # the actor steps need gradients through the critics' inputs only
 
-            # The actors one after another, in a random order over the learning agents (sequential_actor_update),
+            # The actors one after another, in a random order over the learning agents (sequential_soft_actor_update),
             # then each one's temperature on the draws of its step. alpha_i enters agent i's own loss only, so
             # stepping the temperatures after the loop gives what stepping each in its turn (HARL) gives.
             order = [n for n in (range(N) if args.fixed_order else torch.randperm(N, generator=sample_gen).tolist())
                      if teams.trained_list[n]]
-            agent_steps = sequential_actor_update(actor, critics, actor_optimizers, set_of, order, team_of, obs_b, info,
-                                            actions, learning, alpha, alive, args.max_grad_norm)
+            agent_steps = sequential_soft_actor_update(actor, critics, actor_optimizers, set_of, order, team_of, obs_b,
+                                                       info, actions, learning, alpha, alive, args.max_grad_norm)
             alpha_losses, entropies = [], []
             for agent, (_, log_pi, _) in zip(order, agent_steps):
                 alpha_loss = temperature_loss(log_alpha[agent:agent + 1], log_pi, target_entropy[agent:agent + 1],

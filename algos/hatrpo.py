@@ -143,19 +143,26 @@ def team_value(critic, state: torch.Tensor, critic_state, starts: torch.Tensor):
 
 
 def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
-    """Per-agent flags (T, E, N) -> the team's (terminated, truncated), each (T, E): the team's episode ends
-    with the env copy's, cut by the clock if any agent was truncated (VDPPO's, algos/vdppo.py)."""
+    """Per-agent flags (T, E, N) -> the team's (terminated, truncated), each (T, E).
+
+    The team's episode ends when the env copy's episode ends (`episode_ends`, the same for
+    every agent); it was cut by the clock if any agent was truncated, and otherwise ended by
+    the task. An agent that leaves early does not end the team's episode.
+    """
     ended = episode_ends[..., 0]  # (T, E)
     cut = truncated.amax(-1)  # (T, E)
     return ended * (1.0 - cut), ended * cut
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
-    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E[, N]).
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N), or (T, E) for a
+    team reward and a team value.
 
-    Here (T, E): the team reward and value. next_values[t] is V of the true next state s_{t+1}; a
-    time-limit truncation bootstraps from it, a termination does not; neither lets the advantage
-    flow back across the episode boundary.
+    next_values[t] is V of the true next state s_{t+1} (the final observation where the episode
+    ended). A time-limit truncation still bootstraps from it: the episode was cut, the task
+    was not over. Termination does not. Either way the advantage does not flow back across
+    the episode boundary. lam = 1 gives the n-step returns of A3C (Mnih et al. 2016): the
+    discounted rewards up to the rollout's end, plus the discounted V(s_T) there.
     """
     advantages = torch.zeros_like(rewards)
     last = torch.zeros_like(rewards[0])
@@ -175,7 +182,7 @@ def to_chunks(x: torch.Tensor, L: int) -> torch.Tensor:
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -189,7 +196,7 @@ def own_sets(actor) -> bool:
     return not actor.net.share_params and actor.net.n_sets == actor.net.n_agents
 
 
-def agent_forward(actor, agent: int, *inputs, params=None):
+def agent_forward_at(actor, agent: int, *inputs, params=None):
     """nets.forward_agent (the agent's own rows of the stacked weights) with own_sets; shared sets (--share-params
     all / group) run the whole actor (at params) and cut the agent's distribution (over (L, B, 1)) out."""
     if own_sets(actor):
@@ -204,14 +211,14 @@ def agent_ratio(dist, d, agent: int) -> torch.Tensor:
     return torch.where(d["alive"][..., agent].bool(), ratio, torch.ones_like(ratio))
 
 
-def flat_params(actor, groups: int) -> torch.Tensor:
+def flat_agent_params(actor, groups: int) -> torch.Tensor:
     """The actor's parameters as one (G, P) matrix. G = N with separate parameters: every tensor has the
     agent axis first (stacked nets.AgentLinear weights, the per-agent log-std), so row n is all of agent n's."""
     return torch.cat([p.detach().reshape(groups, -1) for p in actor.parameters()], dim=1)
 
 
-def as_param_dict(actor, theta: torch.Tensor) -> dict:
-    """(G, P) -> {name: tensor shaped as that parameter}: the inverse of flat_params, for functional_call."""
+def as_agent_param_dict(actor, theta: torch.Tensor) -> dict:
+    """(G, P) -> {name: tensor shaped as that parameter}: the inverse of flat_agent_params, for functional_call."""
     params, start = {}, 0
     for name, p in actor.named_parameters():
         size = p.numel() // theta.shape[0]
@@ -234,8 +241,8 @@ def agent_surrogate_and_kl(actor, theta_row, theta_all, agent: int, d, a_state, 
     before its step (with its own set, its rollout policy), over (L, S, 1)."""
     row = agent if len(theta_all) > 1 else 0
     theta = torch.cat([theta_all[:row], theta_row, theta_all[row + 1:]])  # (N, P), differentiable in theta_row
-    dist, _ = agent_forward(actor, agent, d["states"], a_state, d["episode_starts"], d.get("action_masks"),
-                            params=as_param_dict(actor, theta))  # the agent's own network, over (L, S, 1)
+    dist, _ = agent_forward_at(actor, agent, d["states"], a_state, d["episode_starts"], d.get("action_masks"),
+                               params=as_agent_param_dict(actor, theta))  # the agent's own network, over (L, S, 1)
     ratio = (dist.log_prob(d["actions"][:, :, agent:agent + 1])[..., 0] - d["log_probs"][..., agent]).exp()
     alive = d["alive"][..., agent]
     return (masked_mean(factor * ratio * d["advantages"], alive)[None],
@@ -273,7 +280,8 @@ def agent_trpo_step(actor, d, a_state, old_dist, agent: int, factor, max_kl: flo
     (--share-params all / group) is one row, the whole actor: the agent's step moves it for every agent using it
     (other sets and agents' rows get an exactly zero step: their gradient and Fisher rows are zero)."""
     row = agent if own_sets(actor) else 0
-    theta_all = flat_params(actor, actor.net.n_agents if own_sets(actor) else 1)  # (N, P), row n = agent n; or (1, P)
+    # (N, P), row n = agent n; or (1, P)
+    theta_all = flat_agent_params(actor, actor.net.n_agents if own_sets(actor) else 1)
     theta_old = theta_all[row:row + 1]  # (1, P)
     theta = theta_old.clone().requires_grad_(True)
     with torch.backends.cudnn.flags(enabled=False):  # F v differentiates twice; cuDNN's GRU/LSTM cannot
@@ -295,7 +303,7 @@ def agent_trpo_step(actor, d, a_state, old_dist, agent: int, factor, max_kl: flo
                 break
         if fraction:  # a rejected step leaves the actor as it was (a zero or non-finite step included)
             theta_all[row] += fraction * full_step[0]
-            for p, value in zip(actor.parameters(), as_param_dict(actor, theta_all).values()):
+            for p, value in zip(actor.parameters(), as_agent_param_dict(actor, theta_all).values()):
                 p.copy_(value)
     return fraction, new_surrogate.item()
 
@@ -482,13 +490,13 @@ def main(args: Args) -> dict:
             team_data = {**data, "advantages": data["advantages"][..., team]}  # (L, S): its team's advantage
             with torch.no_grad():  # the trust region is around its policy before its step (a shared set has moved
                 # in earlier turns, and away from the KL's minimum its Hessian is no Fisher matrix: HARL does so too)
-                start = old_dist.agent(agent) if own_sets(actor) else agent_forward(actor, agent, *inputs)[0]
+                start = old_dist.agent(agent) if own_sets(actor) else agent_forward_at(actor, agent, *inputs)[0]
             fraction, surrogate = agent_trpo_step(actor, team_data, a_state, start, agent, factors[team], args.max_kl,
                                                   args.cg_damping, args.cg_iters, args.backtrack_coef,
                                                   args.backtrack_iters)
             fractions, surrogates = fractions + [fraction], surrogates + [surrogate]
             with torch.no_grad():  # the agent's ratio at its new policy joins its team's factor
-                dist, _ = agent_forward(actor, agent, *inputs)
+                dist, _ = agent_forward_at(actor, agent, *inputs)
                 factors[team] = factors[team] * agent_ratio(dist, data, agent)
         with torch.no_grad():
             dist, _ = actor(*inputs)  # every agent's policy after the update (logged entropy and KL)

@@ -110,14 +110,15 @@ def build_networks(args: Args, env, device):
 
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
-def critic_inputs(obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+def local_critic_inputs(obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
     """Independent critic input: each agent's own observation, (E, N, obs_dim). The global
-    state is ignored: IA2C's critic sees no more than the agent's policy does."""
+    state is ignored: an independent critic sees no more than the agent's policy does."""
     return obs
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
-    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N).
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N), or (T, E) for a
+    team reward and a team value.
 
     next_values[t] is V of the true next state s_{t+1} (the final observation where the episode
     ended). A time-limit truncation still bootstraps from it: the episode was cut, the task
@@ -137,13 +138,13 @@ def compute_gae(rewards, values, next_values, terminated, truncated, gamma: floa
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def group_mean(x: torch.Tensor, mask: torch.Tensor, group_onehot: torch.Tensor) -> torch.Tensor:
     """Masked mean of x (T, E, N) over each group's agents (group_onehot (N, G)), given to every agent: (N,).
-    Rival teams' advantages (a predator's catch is the prey's loss) never share a mean and scale."""
+    Rival teams (a predator's catch is the prey's loss) never share a mean and scale."""
     return sum(masked_mean(x, mask * g) * g for g in group_onehot.T)  # g (N,): 1 on the group's agents
 
 
@@ -221,7 +222,7 @@ def main(args: Args) -> dict:
         first_actor_state, first_critic_state = actor_state, critic_state
         for step in range(T):
             global_step += E
-            extras = {"episode_starts": starts, "critic_inputs": critic_inputs(obs, state)}
+            extras = {"episode_starts": starts, "critic_inputs": local_critic_inputs(obs, state)}
             if mask is not None:
                 extras["action_masks"] = mask
             if acting is not None:
@@ -239,7 +240,7 @@ def main(args: Args) -> dict:
             if result.done.any():  # V(final obs) where an episode ended: what a truncation bootstraps from
                 final_state = torch.as_tensor(result.final_state, device=device)
                 with torch.no_grad():
-                    final_value, _ = critic(critic_inputs(final_obs, final_state)[None], critic_state,
+                    final_value, _ = critic(local_critic_inputs(final_obs, final_state)[None], critic_state,
                                             torch.zeros_like(starts)[None])  # (1, E, N)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
@@ -257,7 +258,7 @@ def main(args: Args) -> dict:
             agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
             train_lengths.extend(result.episode_length[result.done].tolist())
         with torch.no_grad():  # V(s_T): bootstraps the last step wherever its episode goes on
-            last_value, _ = critic(critic_inputs(obs, state)[None], critic_state, starts[None])  # (1, E, N)
+            last_value, _ = critic(local_critic_inputs(obs, state)[None], critic_state, starts[None])  # (1, E, N)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS

@@ -155,13 +155,13 @@ def baseline_inputs(obs: torch.Tensor, fraction: torch.Tensor, time_feature: boo
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def group_mean(x: torch.Tensor, mask: torch.Tensor, group_onehot: torch.Tensor) -> torch.Tensor:
     """Masked mean of x (T, E, N) over each group's agents (group_onehot (N, G)), given to every agent: (N,).
-    Rival teams' weights (a predator's catch is the prey's loss) never share a mean and scale."""
+    Rival teams (a predator's catch is the prey's loss) never share a mean and scale."""
     return sum(masked_mean(x, mask * g) * g for g in group_onehot.T)  # g (N,): 1 on the group's agents
 
 

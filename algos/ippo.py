@@ -133,9 +133,9 @@ def build_networks(args: Args, env, device):
 
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
-def critic_inputs(obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+def local_critic_inputs(obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
     """Independent critic input: each agent's own observation, (E, N, obs_dim). The global
-    state is ignored: IPPO's critic sees no more than the agent's policy does."""
+    state is ignored: an independent critic sees no more than the agent's policy does."""
     return obs
 
 
@@ -149,12 +149,14 @@ def learning_rate_at(args: Args, iteration: int, global_step: int) -> float:
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
-    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N).
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N), or (T, E) for a
+    team reward and a team value.
 
     next_values[t] is V of the true next state s_{t+1} (the final observation where the episode
     ended). A time-limit truncation still bootstraps from it: the episode was cut, the task
     was not over. Termination does not. Either way the advantage does not flow back across
-    the episode boundary.
+    the episode boundary. lam = 1 gives the n-step returns of A3C (Mnih et al. 2016): the
+    discounted rewards up to the rollout's end, plus the discounted V(s_T) there.
     """
     advantages = torch.zeros_like(rewards)
     last = torch.zeros_like(rewards[0])
@@ -174,7 +176,7 @@ def to_chunks(x: torch.Tensor, L: int) -> torch.Tensor:
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -265,7 +267,7 @@ def main(args: Args) -> dict:
         buffer.reset_current_episode()
         for step in range(T):
             global_step += E
-            extras = {"episode_starts": starts, "critic_inputs": critic_inputs(obs, state)}
+            extras = {"episode_starts": starts, "critic_inputs": local_critic_inputs(obs, state)}
             if actor_state is not None:  # states *before* this step, to restart training sequences
                 extras["prev_hidden_states"], extras["prev_critic_hidden_states"] = actor_state[0], critic_state[0]
                 if args.recurrent == "lstm":
@@ -287,7 +289,7 @@ def main(args: Args) -> dict:
             if result.done.any():  # V(final obs) where an episode ended: what a truncation bootstraps from
                 final_state = torch.as_tensor(result.final_state, device=device)
                 with torch.no_grad():
-                    final_value, _ = critic(critic_inputs(final_obs, final_state)[None], critic_state,
+                    final_value, _ = critic(local_critic_inputs(final_obs, final_state)[None], critic_state,
                                             torch.zeros_like(starts)[None])  # (1, E, N)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
@@ -305,7 +307,7 @@ def main(args: Args) -> dict:
             agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
             train_lengths.extend(result.episode_length[result.done].tolist())
         with torch.no_grad():  # V(s_T): bootstraps the last step wherever its episode goes on
-            last_value, _ = critic(critic_inputs(obs, state)[None], critic_state, starts[None])  # (1, E, N)
+            last_value, _ = critic(local_critic_inputs(obs, state)[None], critic_state, starts[None])  # (1, E, N)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS

@@ -125,7 +125,8 @@ def critic_inputs(obs: torch.Tensor, state: torch.Tensor, kind: str) -> torch.Te
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
-    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N).
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N), or (T, E) for a
+    team reward and a team value.
 
     next_values[t] is V of the true next state s_{t+1} (the final observation where the episode
     ended). A time-limit truncation still bootstraps from it: the episode was cut, the task
@@ -145,13 +146,13 @@ def compute_gae(rewards, values, next_values, terminated, truncated, gamma: floa
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def group_mean(x: torch.Tensor, mask: torch.Tensor, group_onehot: torch.Tensor) -> torch.Tensor:
     """Masked mean of x (T, E, N) over each group's agents (group_onehot (N, G)), given to every agent: (N,).
-    Rival teams' advantages (a predator's catch is the prey's loss) never share a mean and scale."""
+    Rival teams (a predator's catch is the prey's loss) never share a mean and scale."""
     return sum(masked_mean(x, mask * g) * g for g in group_onehot.T)  # g (N,): 1 on the group's agents
 
 

@@ -141,13 +141,14 @@ def gumbel_softmax_st(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: float):
-    """TD(lambda) targets, every tensor (T, B[, N]) over stored sequences (as in algos/qmix.py):
-    y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'(s_{t+1}) + lambda y_{t+1}].
+    """TD(lambda) targets, every tensor (T, B[, N]) over stored episodes or sequences (as in pymarl's COMA and
+    QMIX): y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'_{t+1} + lambda y_{t+1}].
 
-    next_q[t] is the target critic's value of the true s_{t+1}. Where an episode ends (or the stored
-    sequence stops) there is no y_{t+1} to use, so the target bootstraps from Q'(s_{t+1}) alone: a
-    time-limit truncation keeps that bootstrap (the task was not over), a termination removes it.
-    lambda = 0 is the one-step target of DDPG and MADDPG.
+    next_q[t] is the target network's value Q'_{t+1} of the true s_{t+1} (for a critic of actions: and of the
+    next action). Where an episode ends (`ended`, its last real step) or the stored sequence stops there is no
+    y_{t+1} to use, so the target bootstraps from next_q alone: a time-limit truncation keeps that bootstrap (the
+    task was not over), a termination removes it. Padded steps after an episode's end never leak into real ones.
+    lambda = 0 is the one-step target of DQN, DDPG and MADDPG.
     """
     if lam == 0.0:  # the same targets without the loop
         return rewards + gamma * (1.0 - terminated) * next_q
@@ -172,7 +173,7 @@ def explore(actor, obs, mask, args: Args, random: bool) -> torch.Tensor:
     return (out + args.exploration_noise * torch.randn_like(out)).clamp(-1.0, 1.0) * actor.action_dim_mask
 
 
-def critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor):
+def joint_action_critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor):
     """Critic inputs of every agent: info (B, D) global state (or all observations), joint_actions
     (B, N, N, A) where row i is the joint action that agent i's critic values -> the two inputs
     (info (B, N, D), joint (B, N, N * A)), which the critic concatenates after encoding the info (an
@@ -184,7 +185,7 @@ def critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor):
 def with_own_action(replay_actions: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
     """(B, N, A) stored joint action, (B, N, A) each agent's new action -> (B, N, N, A): row i is the
     stored joint action with agent i's slot replaced by its new action (MADDPG's policy gradient,
-    Lowe et al. eq. 6: the other agents' actions come from the replay)."""
+    Lowe et al. 2017, eq. 6: the other agents' actions come from the replay)."""
     N = own.shape[1]
     eye = torch.eye(N, dtype=torch.bool, device=own.device)[:, :, None]  # (N, N, 1)
     return torch.where(eye, own[:, None], replay_actions[:, None])
@@ -192,12 +193,14 @@ def with_own_action(replay_actions: torch.Tensor, own: torch.Tensor) -> torch.Te
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
-    with torch.no_grad():  # one multi-tensor call for all the parameters
-        torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+    pairs = list(zip(target.parameters(), online.parameters()))
+    if pairs:  # (VDN's sum has none)
+        with torch.no_grad():  # one multi-tensor call, not a Python loop over the tensors
+            torch._foreach_lerp_([t for t, _ in pairs], [o for _, o in pairs], tau)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -324,7 +327,7 @@ def main(args: Args) -> dict:
                 next_out = target_actor.output(next_obs_b, b.get("next_action_masks"))  # (B, N, A)
                 next_actions = gumbel_softmax_st(next_out, 1.0) if actor.discrete else next_out
                 next_joint = next_actions[:, None].expand(B, N, N, next_actions.shape[-1])  # (B, N, N, A)
-                next_q, _ = target_critic(critic_inputs(next_info, next_joint))  # (B, N)
+                next_q, _ = target_critic(joint_action_critic_inputs(next_info, next_joint))  # (B, N)
                 seq = (T, B // T, N)  # back to (T, B_seq, N) for the backward recursion
                 ended = torch.maximum(b["dones"], b["truncated"]).view(seq).clone()
                 ended[-1] = 1.0  # the stored sequence stops: its last step bootstraps from Q' alone
@@ -332,7 +335,8 @@ def main(args: Args) -> dict:
                                             args.gamma, args.td_lambda).flatten(0, 1)  # (B, N)
 
 # ============================================================================ 7. UPDATE
-            q, _ = critic(critic_inputs(info, actions[:, None].expand(B, N, N, actions.shape[-1])))  # (B, N)
+            joint = actions[:, None].expand(B, N, N, actions.shape[-1])  # (B, N, N, A): the replay's joint action
+            q, _ = critic(joint_action_critic_inputs(info, joint))  # (B, N)
             td_loss = masked_mean((q - targets) ** 2, alive)
             critic_optimizer.zero_grad()
             td_loss.backward()
@@ -343,7 +347,7 @@ def main(args: Args) -> dict:
             # its current policy and the others' from the replay (Lowe et al. eq. 6).
             out = actor.output(obs_b, b.get("action_masks"))  # (B, N, A)
             own = gumbel_softmax_st(out, args.gumbel_temperature) if actor.discrete else out
-            q_pi, _ = critic(critic_inputs(info, with_own_action(actions, own)))  # (B, N)
+            q_pi, _ = critic(joint_action_critic_inputs(info, with_own_action(actions, own)))  # (B, N)
             policy_loss = -masked_mean(q_pi, alive)
             if actor.discrete:  # Lowe et al.'s regulariser on the logits of the available actions
                 real = out > torch.finfo(out.dtype).min

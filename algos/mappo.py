@@ -173,12 +173,14 @@ def learning_rate_at(args: Args, iteration: int, global_step: int) -> float:
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
-    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N).
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N), or (T, E) for a
+    team reward and a team value.
 
     next_values[t] is V of the true next state s_{t+1} (the final observation where the episode
     ended). A time-limit truncation still bootstraps from it: the episode was cut, the task
     was not over. Termination does not. Either way the advantage does not flow back across
-    the episode boundary.
+    the episode boundary. lam = 1 gives the n-step returns of A3C (Mnih et al. 2016): the
+    discounted rewards up to the rollout's end, plus the discounted V(s_T) there.
     """
     advantages = torch.zeros_like(rewards)
     last = torch.zeros_like(rewards[0])
@@ -198,7 +200,7 @@ def to_chunks(x: torch.Tensor, L: int) -> torch.Tensor:
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 

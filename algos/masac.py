@@ -112,7 +112,8 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError(f"--alpha must be positive, got {args.alpha}")
     check_group_args(args)
     if env is not None and env.discrete:
-        raise ConfigError(f"masac needs continuous actions; {args.env} has discrete ones here: {continuous_hint(args.env)}; "
+        raise ConfigError(f"{ALGO} needs continuous actions; {args.env} has discrete ones here: "
+                          f"{continuous_hint(args.env)}; "
                           "or use algos/maddpg.py (Gumbel-softmax) for discrete actions")
 
 
@@ -133,13 +134,14 @@ def build_networks(args: Args, env, device):
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
 def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: float):
-    """TD(lambda) targets, every tensor (T, B[, N]) over stored sequences (as in algos/qmix.py):
-    y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'(s_{t+1}) + lambda y_{t+1}].
+    """TD(lambda) targets, every tensor (T, B[, N]) over stored episodes or sequences (as in pymarl's COMA and
+    QMIX): y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'_{t+1} + lambda y_{t+1}].
 
-    next_q[t] is the target critic's value of the true s_{t+1}. Where an episode ends (or the stored
-    sequence stops) there is no y_{t+1} to use, so the target bootstraps from Q'(s_{t+1}) alone: a
-    time-limit truncation keeps that bootstrap (the task was not over), a termination removes it.
-    lambda = 0 is the one-step target of DDPG and MADDPG.
+    next_q[t] is the target network's value Q'_{t+1} of the true s_{t+1} (for a critic of actions: and of the
+    next action). Where an episode ends (`ended`, its last real step) or the stored sequence stops there is no
+    y_{t+1} to use, so the target bootstraps from next_q alone: a time-limit truncation keeps that bootstrap (the
+    task was not over), a termination removes it. Padded steps after an episode's end never leak into real ones.
+    lambda = 0 is the one-step target of DQN, DDPG and MADDPG.
     """
     if lam == 0.0:  # the same targets without the loop
         return rewards + gamma * (1.0 - terminated) * next_q
@@ -152,7 +154,7 @@ def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: flo
     return targets
 
 
-def explore(actor, obs, random: bool) -> torch.Tensor:
+def explore_by_sampling(actor, obs, random: bool) -> torch.Tensor:
     """Training actions (E, N, A): a draw from pi(. | o); uniformly random in [-1, 1] while `random`
     (before learning starts). Padded dimensions stay 0."""
     dist, _ = actor(obs)
@@ -170,7 +172,7 @@ def temperature_loss(log_alpha: torch.Tensor, log_pi: torch.Tensor, target_entro
     return -masked_mean(log_alpha * (log_pi + target_entropy).detach(), mask)
 
 
-def critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor):
+def joint_action_critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor):
     """Critic inputs of every agent: info (B, D) global state (or all observations), joint_actions
     (B, N, N, A) where row i is the joint action that agent i's critic values -> the two inputs
     (info (B, N, D), joint (B, N, N * A)), which the critic concatenates after encoding the info (an
@@ -181,8 +183,8 @@ def critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor):
 
 def with_own_action(replay_actions: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
     """(B, N, A) stored joint action, (B, N, A) each agent's new action -> (B, N, N, A): row i is the
-    stored joint action with agent i's slot replaced by its new action (as in MADDPG, Lowe et al.
-    2017, eq. 6, the other agents' actions come from the replay)."""
+    stored joint action with agent i's slot replaced by its new action (MADDPG's policy gradient,
+    Lowe et al. 2017, eq. 6: the other agents' actions come from the replay)."""
     N = own.shape[1]
     eye = torch.eye(N, dtype=torch.bool, device=own.device)[:, :, None]  # (N, N, 1)
     return torch.where(eye, own[:, None], replay_actions[:, None])
@@ -190,12 +192,14 @@ def with_own_action(replay_actions: torch.Tensor, own: torch.Tensor) -> torch.Te
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
-    with torch.no_grad():  # one multi-tensor call for all the parameters
-        torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+    pairs = list(zip(target.parameters(), online.parameters()))
+    if pairs:  # (VDN's sum has none)
+        with torch.no_grad():  # one multi-tensor call, not a Python loop over the tensors
+            torch._foreach_lerp_([t for t, _ in pairs], [o for _, o in pairs], tau)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -281,7 +285,7 @@ def main(args: Args) -> dict:
         buffer.reset_current_episode()
         for _ in range(T):
             with torch.no_grad():
-                action = explore(actor, obs, random=global_step < args.learning_starts)  # (E, N, A)
+                action = explore_by_sampling(actor, obs, random=global_step < args.learning_starts)  # (E, N, A)
                 # Groups loaded from another algorithm's run act as that run does; the replay keeps the joint
                 # action played, which the centralised critics learn from.
                 action = teams.override(action, obs, starts)
@@ -330,7 +334,7 @@ def main(args: Args) -> dict:
                 # along each stored sequence (the entropy bonus enters at the bootstrap points only).
                 next_dist, _ = actor(next_obs_b)
                 next_actions, next_log_pi = next_dist.rsample_with_log_prob()  # (B, N, A), (B, N)
-                x = critic_inputs(next_info, next_actions[:, None].expand(B, N, N, next_actions.shape[-1]))
+                x = joint_action_critic_inputs(next_info, next_actions[:, None].expand(B, N, N, next_actions.shape[-1]))
                 next_q = torch.minimum(target_critics[0](x)[0], target_critics[1](x)[0])  # (B, N), clipped double Q
                 next_v = next_q - alpha * next_log_pi  # (B, N)
                 seq = (T, B // T, N)  # back to (T, B_seq, N) for the backward recursion
@@ -340,7 +344,7 @@ def main(args: Args) -> dict:
                                             args.gamma, args.td_lambda).flatten(0, 1)  # (B, N)
 
 # ============================================================================ 7. UPDATE
-            x = critic_inputs(info, actions[:, None].expand(B, N, N, actions.shape[-1]))
+            x = joint_action_critic_inputs(info, actions[:, None].expand(B, N, N, actions.shape[-1]))
             q1, q2 = critics[0](x)[0], critics[1](x)[0]  # (B, N) each
             td_loss = masked_mean((q1 - targets) ** 2, alive) + masked_mean((q2 - targets) ** 2, alive)
             critic_optimizer.zero_grad()
@@ -352,7 +356,7 @@ def main(args: Args) -> dict:
             # with a_i = tanh(mean + std * eps) from its current policy and the others' actions from the replay.
             dist, _ = actor(obs_b)
             own, log_pi = dist.rsample_with_log_prob()  # (B, N, A), (B, N)
-            x = critic_inputs(info, with_own_action(actions, own))
+            x = joint_action_critic_inputs(info, with_own_action(actions, own))
             q_pi = torch.minimum(critics[0](x)[0], critics[1](x)[0])  # (B, N)
             policy_loss = masked_mean(alpha * log_pi - q_pi, alive)
             actor_optimizer.zero_grad()

@@ -110,7 +110,8 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError("--policy-noise and --noise-clip must be non-negative")
     check_group_args(args)
     if env is not None and env.discrete:
-        raise ConfigError(f"matd3 needs continuous actions; {args.env} has discrete ones here: {continuous_hint(args.env)}; "
+        raise ConfigError(f"{ALGO} needs continuous actions; {args.env} has discrete ones here: "
+                          f"{continuous_hint(args.env)}; "
                           "or use algos/maddpg.py (Gumbel-softmax) for discrete actions")
 
 
@@ -131,13 +132,14 @@ def build_networks(args: Args, env, device):
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
 def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: float):
-    """TD(lambda) targets, every tensor (T, B[, N]) over stored sequences (as in algos/qmix.py):
-    y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'(s_{t+1}) + lambda y_{t+1}].
+    """TD(lambda) targets, every tensor (T, B[, N]) over stored episodes or sequences (as in pymarl's COMA and
+    QMIX): y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'_{t+1} + lambda y_{t+1}].
 
-    next_q[t] is the target critic's value of the true s_{t+1}. Where an episode ends (or the stored
-    sequence stops) there is no y_{t+1} to use, so the target bootstraps from Q'(s_{t+1}) alone: a
-    time-limit truncation keeps that bootstrap (the task was not over), a termination removes it.
-    lambda = 0 is the one-step target of DDPG and MADDPG.
+    next_q[t] is the target network's value Q'_{t+1} of the true s_{t+1} (for a critic of actions: and of the
+    next action). Where an episode ends (`ended`, its last real step) or the stored sequence stops there is no
+    y_{t+1} to use, so the target bootstraps from next_q alone: a time-limit truncation keeps that bootstrap (the
+    task was not over), a termination removes it. Padded steps after an episode's end never leak into real ones.
+    lambda = 0 is the one-step target of DQN, DDPG and MADDPG.
     """
     if lam == 0.0:  # the same targets without the loop
         return rewards + gamma * (1.0 - terminated) * next_q
@@ -150,7 +152,7 @@ def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: flo
     return targets
 
 
-def explore(actor, obs, args: Args, random: bool) -> torch.Tensor:
+def explore_continuous(actor, obs, args: Args, random: bool) -> torch.Tensor:
     """Training actions (E, N, A): mu(o) + N(0, noise^2) clipped to [-1, 1]; uniformly random in
     [-1, 1] while `random` (before learning starts). Padded dimensions stay 0."""
     out = actor.output(obs)  # (E, N, A)
@@ -169,7 +171,7 @@ def smoothed_target_actions(actions: torch.Tensor, noise_std: float, noise_clip:
     return (actions + noise).clamp(-1.0, 1.0) * dim_mask
 
 
-def critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor):
+def joint_action_critic_inputs(info: torch.Tensor, joint_actions: torch.Tensor):
     """Critic inputs of every agent: info (B, D) global state (or all observations), joint_actions
     (B, N, N, A) where row i is the joint action that agent i's critic values -> the two inputs
     (info (B, N, D), joint (B, N, N * A)), which the critic concatenates after encoding the info (an
@@ -189,12 +191,14 @@ def with_own_action(replay_actions: torch.Tensor, own: torch.Tensor) -> torch.Te
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
-    with torch.no_grad():  # one multi-tensor call for all the parameters
-        torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+    pairs = list(zip(target.parameters(), online.parameters()))
+    if pairs:  # (VDN's sum has none)
+        with torch.no_grad():  # one multi-tensor call, not a Python loop over the tensors
+            torch._foreach_lerp_([t for t, _ in pairs], [o for _, o in pairs], tau)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -268,7 +272,7 @@ def main(args: Args) -> dict:
         buffer.reset_current_episode()
         for _ in range(T):
             with torch.no_grad():
-                action = explore(actor, obs, args, random=global_step < args.learning_starts)  # (E, N, A)
+                action = explore_continuous(actor, obs, args, random=global_step < args.learning_starts)  # (E, N, A)
                 # Groups loaded from another algorithm's run act as that run does; the replay keeps the joint
                 # action played, which the centralised critics learn from.
                 action = teams.override(action, obs, starts)
@@ -316,7 +320,7 @@ def main(args: Args) -> dict:
                 next_actions = smoothed_target_actions(target_actor.output(next_obs_b), args.policy_noise,
                                                        args.noise_clip, actor.action_dim_mask)  # (B, N, A)
                 next_joint = next_actions[:, None].expand(B, N, N, next_actions.shape[-1])  # (B, N, N, A)
-                x = critic_inputs(next_info, next_joint)
+                x = joint_action_critic_inputs(next_info, next_joint)
                 next_q = torch.minimum(target_critics[0](x)[0], target_critics[1](x)[0])  # (B, N), clipped double Q
                 seq = (T, B // T, N)  # back to (T, B_seq, N) for the backward recursion
                 ended = torch.maximum(b["dones"], b["truncated"]).view(seq).clone()
@@ -325,7 +329,7 @@ def main(args: Args) -> dict:
                                             args.gamma, args.td_lambda).flatten(0, 1)  # (B, N)
 
 # ============================================================================ 7. UPDATE
-            x = critic_inputs(info, actions[:, None].expand(B, N, N, actions.shape[-1]))
+            x = joint_action_critic_inputs(info, actions[:, None].expand(B, N, N, actions.shape[-1]))
             q1, q2 = critics[0](x)[0], critics[1](x)[0]  # (B, N) each
             td_loss = masked_mean((q1 - targets) ** 2, alive) + masked_mean((q2 - targets) ** 2, alive)
             critic_optimizer.zero_grad()
@@ -338,7 +342,7 @@ def main(args: Args) -> dict:
                 # Deterministic policy gradient through agent i's first critic, agent i's action from its
                 # current policy, the others' from the replay (as MADDPG).
                 own = actor.output(obs_b)  # (B, N, A)
-                q_pi, _ = critics[0](critic_inputs(info, with_own_action(actions, own)))  # (B, N)
+                q_pi, _ = critics[0](joint_action_critic_inputs(info, with_own_action(actions, own)))  # (B, N)
                 policy_loss = -masked_mean(q_pi, alive)
                 actor_optimizer.zero_grad()
                 policy_loss.backward()

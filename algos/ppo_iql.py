@@ -141,7 +141,7 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError(f"--tau must be in (0, 1], got {args.tau}")
     check_group_args(args)
     if args.share_params != "group":
-        raise ConfigError(f"ppo_iql learns one network per group (PPO's for one, IQL's for the other): --share-params "
+        raise ConfigError(f"{ALGO} learns one network per group (PPO's for one, IQL's for the other): --share-params "
                           f"group only, got {args.share_params}")
     if args.ppo_group is not None and args.ppo_group == args.iql_group:
         raise ConfigError(f"--ppo-group and --iql-group must differ, both are {args.ppo_group!r}")
@@ -150,7 +150,7 @@ def validate(args: Args, env=None) -> None:
                           "not stay fixed: use --shared-encoder frozen (or none) with --train-groups")
     if env is not None:
         if not env.discrete:
-            raise ConfigError(f"ppo_iql needs discrete actions (the IQL group picks argmax actions); {args.env} has "
+            raise ConfigError(f"{ALGO} needs discrete actions (the IQL group picks argmax actions); {args.env} has "
                               f"continuous ones ({discrete_hint(args.env)})")
         if args.shared_encoder != "none" and len(env.obs_shape) != 1:
             raise ConfigError(f"--shared-encoder takes flat observations; {args.env} gives {env.obs_shape}")
@@ -240,10 +240,15 @@ class JointPolicy(nn.Module):
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
-    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N); a
-    copy of algos/ippo.py's, checked against it in tests/test_multi_policy.py. A truncation
-    bootstraps from V(final obs), a termination does not; neither lets the advantage flow back
-    across the episode boundary."""
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N), or (T, E) for a
+    team reward and a team value.
+
+    next_values[t] is V of the true next state s_{t+1} (the final observation where the episode
+    ended). A time-limit truncation still bootstraps from it: the episode was cut, the task
+    was not over. Termination does not. Either way the advantage does not flow back across
+    the episode boundary. lam = 1 gives the n-step returns of A3C (Mnih et al. 2016): the
+    discounted rewards up to the rollout's end, plus the discounted V(s_T) there.
+    """
     advantages = torch.zeros_like(rewards)
     last = torch.zeros_like(rewards[0])
     for t in reversed(range(rewards.shape[0])):
@@ -256,8 +261,8 @@ def compute_gae(rewards, values, next_values, terminated, truncated, gamma: floa
 
 
 def epsilon_greedy(q: torch.Tensor, mask: Optional[torch.Tensor], epsilon: float) -> torch.Tensor:
-    """q (..., A) -> actions (...): with probability epsilon a uniform random available action,
-    otherwise the best available one (a copy of algos/iql.py's, checked against it)."""
+    """q (..., A) -> actions (...), e.g. (E, N, A) -> (E, N): with probability epsilon a uniform random available
+    action, otherwise the best available one. Unavailable actions are never chosen either way."""
     available = torch.ones_like(q, dtype=torch.bool) if mask is None else mask.bool()
     greedy = q.masked_fill(~available, float("-inf")).argmax(-1)
     random = torch.rand(q.shape, device=q.device).masked_fill(~available, -1.0).argmax(-1)  # uniform over available
@@ -266,15 +271,16 @@ def epsilon_greedy(q: torch.Tensor, mask: Optional[torch.Tensor], epsilon: float
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: target <- (1 - tau) target + tau online (tau = 1: hard copy)."""
-    with torch.no_grad():
-        for t, o in zip(target.parameters(), online.parameters()):
-            t.lerp_(o, tau)
+    pairs = list(zip(target.parameters(), online.parameters()))
+    if pairs:  # (VDN's sum has none)
+        with torch.no_grad():  # one multi-tensor call, not a Python loop over the tensors
+            torch._foreach_lerp_([t for t, _ in pairs], [o for _, o in pairs], tau)
 
 
 def group_indices(args: Args, teams) -> Tuple[list, list]:
@@ -286,7 +292,7 @@ def group_indices(args: Args, teams) -> Tuple[list, list]:
     ppo_group = args.ppo_group or (names[0] if args.iql_group != names[0] else names[-1])
     iql_group = args.iql_group or next((g for g in names if g != ppo_group), ppo_group)
     if ppo_group == iql_group:
-        raise ConfigError(f"{args.env} has one group of agents ({listing}); ppo_iql needs two: split them with "
+        raise ConfigError(f"{args.env} has one group of agents ({listing}); {ALGO} needs two: split them with "
                           f"--agent-groups (e.g. {teams.agents[0]}=lead)")
     for flag, group in (("--ppo-group", ppo_group), ("--iql-group", iql_group)):
         if group not in members:

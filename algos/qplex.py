@@ -109,7 +109,7 @@ def validate(args: Args, env=None) -> None:
     if not 0.0 <= args.td_lambda <= 1.0:
         raise ConfigError(f"--td-lambda must be in [0, 1], got {args.td_lambda}")
     if env is not None and not env.discrete:
-        raise ConfigError(f"qplex picks argmax actions and needs discrete actions; {args.env} has continuous ones. "
+        raise ConfigError(f"{ALGO} picks argmax actions and needs discrete actions; {args.env} has continuous ones. "
                           "For continuous actions use algos/mappo.py or algos/ippo.py "
                           f"(or {discrete_hint(args.env)})")
 
@@ -130,8 +130,8 @@ def build_networks(args: Args, env, device, teams=None):
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
 def epsilon_greedy(q: torch.Tensor, mask: Optional[torch.Tensor], epsilon: float) -> torch.Tensor:
-    """q (E, N, A) -> actions (E, N): with probability epsilon a uniform random available action,
-    otherwise the best available one. Unavailable actions are never chosen either way."""
+    """q (..., A) -> actions (...), e.g. (E, N, A) -> (E, N): with probability epsilon a uniform random available
+    action, otherwise the best available one. Unavailable actions are never chosen either way."""
     available = torch.ones_like(q, dtype=torch.bool) if mask is None else mask.bool()
     greedy = q.masked_fill(~available, float("-inf")).argmax(-1)
     random = torch.rand(q.shape, device=q.device).masked_fill(~available, -1.0).argmax(-1)  # uniform over available
@@ -140,14 +140,17 @@ def epsilon_greedy(q: torch.Tensor, mask: Optional[torch.Tensor], epsilon: float
 
 
 def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: float):
-    """TD(lambda) targets, every tensor (T, B[, N]) over whole episodes (Watkins-free, as in
-    pymarl2): y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'(s_{t+1}) + lambda y_{t+1}].
+    """TD(lambda) targets, every tensor (T, B[, N]) over stored episodes or sequences (as in pymarl's COMA and
+    QMIX): y_t = r_t + gamma (1 - term_t) [(1 - lambda) Q'_{t+1} + lambda y_{t+1}].
 
-    next_q[t] is the target network's value of s_{t+1}. At the last step of an episode there is
-    no y_{t+1}, so the target bootstraps from Q'(s_{t+1}) alone: a time-limit truncation keeps
-    that bootstrap (the task was not over), a termination removes it. `ended` marks each
-    episode's last real step; padded steps after it never leak into real ones.
+    next_q[t] is the target network's value Q'_{t+1} of the true s_{t+1} (for a critic of actions: and of the
+    next action). Where an episode ends (`ended`, its last real step) or the stored sequence stops there is no
+    y_{t+1} to use, so the target bootstraps from next_q alone: a time-limit truncation keeps that bootstrap (the
+    task was not over), a termination removes it. Padded steps after an episode's end never leak into real ones.
+    lambda = 0 is the one-step target of DQN, DDPG and MADDPG.
     """
+    if lam == 0.0:  # the same targets without the loop
+        return rewards + gamma * (1.0 - terminated) * next_q
     targets = torch.zeros_like(rewards)
     ret = next_q[-1]
     for t in reversed(range(rewards.shape[0])):
@@ -185,7 +188,7 @@ def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) ->
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: padded steps do not count in the loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 

@@ -120,7 +120,7 @@ def build_networks(args: Args, env, device, learning=None):
 
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
-def team_value(critic, mixer, obs, state, critic_state, starts):
+def mixed_team_value(critic, mixer, obs, state, critic_state, starts):
     """V_tot(s) = mixer(V_1(o_1), ..., V_N(o_N); s) of every team: obs (L, B, N, obs_dim), state (L, B, state_dim)
     -> (V_tot (L, B, K), critic_state). Each V_i sees only its agent's observation; the mixer is
     where the global state enters (qmix), and the credit the team value gives each agent flows
@@ -142,12 +142,14 @@ def team_flags(truncated: torch.Tensor, episode_ends: torch.Tensor):
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
-    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E[, N]).
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16), all tensors (T, E, N), or (T, E) for a
+    team reward and a team value.
 
-    Here (T, E): the team reward and the team value V_tot. next_values[t] is V of the true next
-    state s_{t+1} (the final observation where the episode ended). A time-limit truncation still
-    bootstraps from it: the episode was cut, the task was not over. Termination does not.
-    Either way the advantage does not flow back across the episode boundary.
+    next_values[t] is V of the true next state s_{t+1} (the final observation where the episode
+    ended). A time-limit truncation still bootstraps from it: the episode was cut, the task
+    was not over. Termination does not. Either way the advantage does not flow back across
+    the episode boundary. lam = 1 gives the n-step returns of A3C (Mnih et al. 2016): the
+    discounted rewards up to the rollout's end, plus the discounted V(s_T) there.
     """
     advantages = torch.zeros_like(rewards)
     last = torch.zeros_like(rewards[0])
@@ -161,7 +163,7 @@ def compute_gae(rewards, values, next_values, terminated, truncated, gamma: floa
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is 1: dead agents' steps do not count in any loss."""
+    """Mean over the entries where mask is 1: dead agents' and padded steps (or unavailable actions) do not count."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -249,8 +251,8 @@ def main(args: Args) -> dict:
                 dist, actor_state = actor(obs[None], actor_state, starts[None], None if mask is None else mask[None])
                 action = teams.override(dist.sample()[0], obs, starts, mask)[None]  # (1, E, N[, act_dim]); groups
                 # loaded from another algorithm's run act as that run does
-                value, critic_state = team_value(critic, mixer, obs[None], state[None], critic_state,
-                                                 starts[None])  # (1, E, K)
+                value, critic_state = mixed_team_value(critic, mixer, obs[None], state[None], critic_state,
+                                                       starts[None])  # (1, E, K)
             result = envs.step(action[0])  # a torch env keeps it on the device
             next_obs = torch.as_tensor(result.obs, device=device)
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true s_{t+1}, before auto-reset
@@ -258,8 +260,8 @@ def main(args: Args) -> dict:
             if result.done.any():  # V_tot of the final obs and state where an episode ended: a truncation's bootstrap
                 final_state = torch.as_tensor(result.final_state, device=device)
                 with torch.no_grad():
-                    final_value, _ = team_value(critic, mixer, final_obs[None], final_state[None], critic_state,
-                                                torch.zeros_like(starts)[None])  # (1, E, K)
+                    final_value, _ = mixed_team_value(critic, mixer, final_obs[None], final_state[None], critic_state,
+                                                      torch.zeros_like(starts)[None])  # (1, E, K)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
                 states=obs, actions=action[0], state_values=value[0][:, team_of],
@@ -275,7 +277,8 @@ def main(args: Args) -> dict:
             agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)
             train_lengths.extend(result.episode_length[result.done].tolist())
         with torch.no_grad():  # V_tot(s_T): bootstraps the last step wherever its episode goes on
-            last_value, _ = team_value(critic, mixer, obs[None], state[None], critic_state, starts[None])  # (1, E, K)
+            last_value, _ = mixed_team_value(critic, mixer, obs[None], state[None], critic_state,
+                                             starts[None])  # (1, E, K)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
@@ -310,8 +313,8 @@ def main(args: Args) -> dict:
         # One gradient step on the whole rollout: every copy's T steps as one sequence, (T, E, N, ...).
         dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
         new_logprob, entropy = dist.log_prob(b["actions"]), dist.entropy()  # (T, E, N)
-        new_value, _ = team_value(critic, mixer, b["states"], b["global_states"][..., 0, :], first_critic_state,
-                                  b["episode_starts"])  # (T, E, K)
+        new_value, _ = mixed_team_value(critic, mixer, b["states"], b["global_states"][..., 0, :], first_critic_state,
+                                        b["episode_starts"])  # (T, E, K)
         alive = b["alive"] * trained  # fixed groups' zero loss leaves their weights exactly as they were
         # Policy gradient (Su et al. 2021): every agent's log-probability is weighted by its
         # team's advantage, computed from the mixed V_tot, not from its own V_i.

@@ -57,7 +57,7 @@ def load_run(path: str):
 
 def critic_q(args, critic, value_norm, state, obs, joint, agent: int, n_actions: int) -> torch.Tensor:
     """Q_agent(s, (a_-agent, a)) for every own action a, in return units: (S, A)."""
-    q = critic(coma.critic_inputs(state, obs, F.one_hot(joint, n_actions).float()))[0][..., agent, :]
+    q = critic(coma.counterfactual_critic_inputs(state, obs, F.one_hot(joint, n_actions).float()))[0][..., agent, :]
     return value_norm.denormalize(q) if args.value_norm else q
 
 
@@ -68,7 +68,7 @@ def check(path: str, states: int, copies: int, t0: int, agent: int, seed: int) -
 
     def behaviour(obs):
         dist, _ = actor(obs[None])
-        return coma.explore(dist, epsilon)
+        return coma.behaviour_policy(dist, epsilon)
 
     env = make_env(args.env, states, seed, {})
     A = env.n_actions

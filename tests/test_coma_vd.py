@@ -65,9 +65,9 @@ def test_coma_exploration_mix():
     logits = torch.tensor([[2.0, 0.0, -1.0, 0.5]], requires_grad=True)
     mask = torch.tensor([[True, True, False, True]])
     pi = MaskedCategorical(logits, mask)
-    torch.testing.assert_close(coma.explore(pi, 0.0).probs, pi.probs)
-    torch.testing.assert_close(coma.explore(pi, 1.0).probs, torch.tensor([[1 / 3, 1 / 3, 0.0, 1 / 3]]))
-    mixed = coma.explore(pi, 0.3)
+    torch.testing.assert_close(coma.behaviour_policy(pi, 0.0).probs, pi.probs)
+    torch.testing.assert_close(coma.behaviour_policy(pi, 1.0).probs, torch.tensor([[1 / 3, 1 / 3, 0.0, 1 / 3]]))
+    mixed = coma.behaviour_policy(pi, 0.3)
     torch.testing.assert_close(mixed.probs, 0.7 * pi.probs + 0.1 * mask.float())
     assert mixed.probs[0, 2] == 0.0 and not bool((mixed.sample((2000,)) == 2).any())
     mixed.log_prob(torch.tensor([1])).sum().backward()
@@ -82,7 +82,7 @@ def test_critic_inputs_hide_own_action():
     state = torch.tensor([[7.0, 8.0]])  # (E=1, S=2)
     obs = torch.tensor([[[0.1], [0.2], [0.3]]])  # (E=1, N=3, obs_dim=1)
     actions = F.one_hot(torch.tensor([[1, 0, 1]]), 2).float()  # (E=1, N=3, A=2)
-    x = torch.cat(coma.critic_inputs(state, obs, actions), dim=-1)
+    x = torch.cat(coma.counterfactual_critic_inputs(state, obs, actions), dim=-1)
     assert x.shape == (1, 3, 2 + 1 + 3 * 2)
     torch.testing.assert_close(x[0], torch.tensor([
         [7.0, 8.0, 0.1, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0],

@@ -160,7 +160,7 @@ def test_with_own_action_replaces_only_the_agents_own_slot():
     own = torch.tensor([[[10.0], [20.0], [30.0]]])
     joint = REFERENCE.with_own_action(replay, own)  # (1, 3, 3, 1)
     assert joint[0, :, :, 0].tolist() == [[10.0, 2.0, 3.0], [1.0, 20.0, 3.0], [1.0, 2.0, 30.0]]
-    x = torch.cat(REFERENCE.critic_inputs(torch.tensor([[7.0, 8.0]]), joint), dim=-1)  # the critic's two inputs
+    x = torch.cat(REFERENCE.joint_action_critic_inputs(torch.tensor([[7.0, 8.0]]), joint), dim=-1)  # the critic's two inputs
     assert x.shape == (1, 3, 2 + 3) and x[0, 1].tolist() == [7.0, 8.0, 1.0, 20.0, 3.0]
 
 
@@ -200,7 +200,7 @@ def test_copied_functions_agree_with_maddpg(algo):
         assert torch.equal(m.with_own_action(replay, own), REFERENCE.with_own_action(replay, own))
         info = torch.randn(4, 5, generator=g)
         joint = REFERENCE.with_own_action(replay, own)
-        for part, reference in zip(m.critic_inputs(info, joint), REFERENCE.critic_inputs(info, joint), strict=True):
+        for part, reference in zip(m.joint_action_critic_inputs(info, joint), REFERENCE.joint_action_critic_inputs(info, joint), strict=True):
             assert torch.equal(part, reference)
 
 

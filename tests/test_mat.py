@@ -1,11 +1,9 @@
 """MAT and MAT-Dec (algos/mat.py, nets/transformer.py): the training pass (one decoder pass over the
 shifted actions) gives the log-probabilities of acting one agent at a time, the causal masks keep an
 agent's distribution from reading later agents' actions, MAT-Dec reads no other agent's action (nor
-observation), the encoder is permutation-equivariant, given actions condition the later agents; the
-copied short functions against MAPPO's; smoke runs (discrete and continuous, heterogeneous agents, the
-env's action masks, agents that die), determinism, exact resume, evaluation of a checkpoint, groups
+observation), the encoder is permutation-equivariant, given actions condition the later agents; smoke
+runs (discrete and continuous, heterogeneous agents, the env's action masks, agents that die), determinism, exact resume, evaluation of a checkpoint, groups
 loaded from runs, refused options and the command line. Learning checks live in benchmarks/."""
-import inspect
 import json
 import math
 import os
@@ -169,11 +167,6 @@ def test_continuous_padded_dimensions_stay_out():
         _, dist = net.evaluate(obs, actions)
         assert torch.equal(dist.log_prob(actions), dist.log_prob(moved))
         assert not torch.equal(dist.log_prob(actions), dist.log_prob(actions + 0.3))
-
-
-def test_copied_functions_are_identical_to_mappos():
-    for name in ("learning_rate_at", "compute_gae", "masked_mean", "group_mean"):
-        assert inspect.getsource(getattr(mat, name)) == inspect.getsource(getattr(mappo, name)), name
 
 
 # ----------------------------------------------------------------------------- runs

@@ -135,7 +135,7 @@ def test_maa2c_critic_inputs_copy_agrees():
     obs, state = torch.randn(4, 3, 5), torch.randn(4, 15)
     for kind in ("state", "concat_obs"):
         assert torch.equal(maa2c.critic_inputs(obs, state, kind), mappo.critic_inputs(obs, state, kind))
-    assert torch.equal(ia2c.critic_inputs(obs, state), ippo.critic_inputs(obs, state))
+    assert torch.equal(ia2c.local_critic_inputs(obs, state), ippo.local_critic_inputs(obs, state))
 
 
 # ----------------------------------------------------------------------------- smoke runs
