@@ -77,3 +77,13 @@ def test_every_cited_result_exists():
     missing = sorted({f"{doc}: {path}" for doc, path, written in citations()
                       if not written and not os.path.exists(os.path.join(RESULTS, path))})
     assert not missing, f"cited, but not under benchmarks/results/: {missing}"
+
+
+def test_every_test_file_is_in_the_index():
+    """tests/README.md groups the test files by what they test; a new file must be listed there."""
+    tests = os.path.join(REPO, "tests")
+    with open(os.path.join(tests, "README.md")) as f:
+        index = f.read()
+    files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(tests, "*.py")))
+    missing = [name for name in files if f"`{name}`" not in index]
+    assert not missing, f"tests/README.md does not list {missing}: add each under the group it tests"
