@@ -287,7 +287,7 @@ def main(args: Args) -> dict:
     target_critic = copy.deepcopy(critic)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, eps=1e-5)
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.critic_lr, eps=1e-5)
-    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    buffer = MultiAgentRolloutBuffer(N)  # this iteration's rollout: batched, never replayed
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
     global_step, start_iteration, critic_updates = 0, 1, 0
@@ -328,9 +328,8 @@ def main(args: Args) -> dict:
         epsilon = epsilon_at(args, global_step)  # one exploration rate for the rollout and its actor step
         for step in range(T):
             global_step += E
-            # The buffer keeps every entry per agent: the global state is stored once per agent,
-            # identical along the agent axis, and read back as [..., 0, :].
-            extras = {"episode_starts": starts, "global_states": state[:, None].expand(E, N, state.shape[-1])}
+            # The global state is a team entry: stored once per env copy, (E, state_dim), not per agent.
+            extras = {"episode_starts": starts}
             if mask is not None:
                 extras["action_masks"] = mask
             with torch.no_grad():
@@ -350,13 +349,13 @@ def main(args: Args) -> dict:
                     final_action = behaviour_policy(final_dist, epsilon).sample()[0]
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action[0], rewards=torch.as_tensor(result.reward, device=device),
-                next_states=torch.as_tensor(result.final_obs, device=device),
-                dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action[0], rewards=torch.as_tensor(result.reward, device=device),
+                next_obs=torch.as_tensor(result.final_obs, device=device),
+                terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
-                next_global_states=final_state[:, None].expand(E, N, final_state.shape[-1]),
-                final_actions=final_action, **extras)
+                final_actions=final_action, team={"global_states": state, "next_global_states": final_state},
+                **extras)
             obs, state = torch.as_tensor(result.obs, device=device), torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             starts = ended
@@ -370,7 +369,6 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 6. POSTPROCESS
         t_update = time.time()
-        buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
         actions = b["actions"].long()  # (T, E, N)
         alive = b["alive"] * trained  # fixed groups' zero loss leaves their weights exactly as they were
@@ -380,7 +378,7 @@ def main(args: Args) -> dict:
             # step's action belongs to a new episode) or after the rollout's last step.
             next_actions = torch.cat([actions[1:], last_action[None].long()], dim=0)  # (T, E, N)
             next_actions = torch.where(b["episode_ends"].bool(), b["final_actions"].long(), next_actions)
-            next_in = counterfactual_critic_inputs(b["next_global_states"][..., 0, :], b["next_states"],
+            next_in = counterfactual_critic_inputs(b["next_global_states"], b["next_obs"],
                                                    F.one_hot(next_actions, A).float())  # three (T, E, N, ...) at s', a'
             next_q = target_critic(next_in)[0].gather(-1, next_actions[..., None]).squeeze(-1)  # (T, E, N)
             next_q = value_norm.denormalize(next_q) if args.value_norm else next_q
@@ -389,7 +387,7 @@ def main(args: Args) -> dict:
             terminated, _ = team_flags(b["truncated"], b["episode_ends"])  # (T, E)
             targets = td_lambda_targets(team_reward, next_q, terminated[..., None].expand(T, E, N),
                                         b["episode_ends"], args.gamma, args.td_lambda)  # (T, E, N)
-            inputs = counterfactual_critic_inputs(b["global_states"][..., 0, :], b["states"],
+            inputs = counterfactual_critic_inputs(b["global_states"], b["obs"],
                                                   F.one_hot(actions, A).float())  # three (T, E, N, ...) at s_t, a_t
             q_old = critic(inputs)[0].gather(-1, actions[..., None]).squeeze(-1)  # (T, E, N), before the update
             q_old = value_norm.denormalize(q_old) if args.value_norm else q_old
@@ -419,7 +417,7 @@ def main(args: Args) -> dict:
                     soft_update(target_critic, critic, args.tau)
 
         # Then one actor step on the whole rollout, with the counterfactual advantage of the updated critic.
-        dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
+        dist, _ = actor(b["obs"], first_actor_state, b["episode_starts"], b.get("action_masks"))
         behaviour = behaviour_policy(dist, epsilon)  # the policy the actions were drawn from
         logprob, entropy = behaviour.log_prob(actions), dist.entropy()  # (T, E, N)
         with torch.no_grad():

@@ -299,17 +299,16 @@ def main(args: Args) -> dict:
             global_step += E
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true o_{t+1}, before auto-reset
             final_state = torch.as_tensor(result.final_state, device=device)
-            # the mixer's state, one copy per agent: the buffer keeps the agent axis everywhere
-            extras = {"global_states": state[:, None].expand(E, N, state.shape[-1]),  # (E, N, S)
-                      "next_global_states": final_state[:, None].expand(E, N, state.shape[-1])}
+            # the mixer's state: an entry of the whole team, one per env copy
+            team, extras = {"global_states": state, "next_global_states": final_state}, {}  # team: (E, S) each
             if mask is not None:
                 final_mask = result.final_action_mask if result.final_action_mask is not None else result.action_mask
                 extras.update(action_masks=mask, next_action_masks=torch.as_tensor(final_mask, device=device))
             buffer.add_transition(
-                states=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
-                next_states=final_obs, dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
+                next_obs=final_obs, terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
-                alive=torch.as_tensor(result.alive, device=device).float(), **extras)
+                alive=torch.as_tensor(result.alive, device=device).float(), team=team, **extras)
             obs, state = torch.as_tensor(result.obs, device=device), torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             done = torch.as_tensor(result.done).cpu().bool()
@@ -329,13 +328,13 @@ def main(args: Args) -> dict:
             b = buffer.sample_episodes(args.batch_size, sample_gen, device)  # (B_seq, T, N, ...)
             # time-major transitions (B, N, ...), B = T * B_seq: row t * B_seq + j is step t of sequence j
             b = {k: v.transpose(0, 1).flatten(0, 1) for k, v in b.items() if k != "filled"}
-            obs_b, next_obs_b, actions, alive = b["states"], b["next_states"], b["actions"], b["alive"]
-            state_b, next_state_b = b["global_states"][:, 0], b["next_global_states"][:, 0]  # (B, S)
+            obs_b, next_obs_b, actions, alive = b["obs"], b["next_obs"], b["actions"], b["alive"]
+            state_b, next_state_b = b["global_states"], b["next_global_states"]  # (B, S)
             team_reward = teams.team_rewards(b["rewards"])  # (B, K) each learning team's, R_pz3 units for mpe2
             # A team's episode is over where none of its agents goes on: each terminated, truncated or gone already
             # (an agent that dies mid-episode, as in MAgent2, ends its own part only); cut by the clock where
             # an agent was truncated, ended by the task (terminated: no bootstrap) otherwise.
-            agent_over = torch.maximum(torch.maximum(b["dones"], b["truncated"]), 1.0 - alive)  # (B, N)
+            agent_over = torch.maximum(torch.maximum(b["terminated"], b["truncated"]), 1.0 - alive)  # (B, N)
             over = torch.stack([agent_over[:, m].amin(-1) for m in teams.learning], -1)  # (B, K)
             clock = torch.stack([b["truncated"][:, m].amax(-1) for m in teams.learning], -1)  # (B, K)
             terminated = over * (1.0 - clock) if args.bootstrap_time_limit else over  # (B, K)
@@ -345,7 +344,7 @@ def main(args: Args) -> dict:
                 # episode ended), then TD(lambda) targets along each stored sequence.
                 next_out = target_actor.output(next_obs_b, b.get("next_action_masks"))  # (B, N, A)
                 next_actions = gumbel_softmax_st(next_out, 1.0) if actor.discrete else next_out
-                next_alive = alive * (1.0 - b["dones"])  # (B, N) present in s': acted and did not terminate
+                next_alive = alive * (1.0 - b["terminated"])  # (B, N) present in s': acted and did not terminate
                 next_q = mixed_q(target_critic, target_mixer, next_obs_b, next_actions, next_state_b,
                                  next_alive)  # (B, K)
                 seq = (T, B // T, -1)  # back to (T, B_seq, K) for the backward recursion

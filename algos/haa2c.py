@@ -236,7 +236,7 @@ def main(args: Args) -> dict:
     actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=args.learning_rate, eps=1e-5) for _ in set(set_of)]
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.learning_rate, eps=1e-5)
     optimizers = actor_optimizers + [critic_optimizer]
-    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    buffer = MultiAgentRolloutBuffer(N)  # this iteration's rollout: batched, never replayed
     order_gen = torch.Generator().manual_seed(args.seed)  # the agents' update orders (same seed, same losses)
     global_step, start_iteration = 0, 1
     ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
@@ -276,9 +276,9 @@ def main(args: Args) -> dict:
         first_actor_state, first_critic_state = actor_state, critic_state
         for step in range(T):
             global_step += E
-            # The buffer keeps every entry per agent: team quantities (state, V(s)) are stored once
-            # per agent, identical along the agent axis, and read back as [..., 0].
-            extras = {"episode_starts": starts, "global_states": state[:, None].expand(E, N, state.shape[-1])}
+            # The global state is a team entry (once per env copy); V(s), one per team, is stored per
+            # agent (its team's) and read back at one agent of each team.
+            extras = {"episode_starts": starts}
             if mask is not None:
                 extras["action_masks"] = mask
             with torch.no_grad():
@@ -299,12 +299,12 @@ def main(args: Args) -> dict:
                                                 torch.zeros_like(starts)[None][..., heads])  # (1, E, K)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0][:, team_of],
-                rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
-                dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action[0], log_probs=logprob[0], values=value[0][:, team_of],
+                rewards=torch.as_tensor(result.reward, device=device), next_obs=final_obs,
+                terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
-                final_values=final_value[0][:, team_of], **extras)
+                final_values=final_value[0][:, team_of], team={"global_states": state}, **extras)
             obs, state = next_obs, torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             starts = ended
@@ -317,12 +317,11 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 6. POSTPROCESS
         t_update = time.time()
-        buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
         with torch.no_grad():
             # V(s_{t+1}) is the next step's value while the episode goes on, and the value of the
             # final state where it ended (the next step's value belongs to a new episode).
-            values = b["state_values"][..., heads]  # (T, E, K) V(s) as predicted in the rollout
+            values = b["values"][..., heads]  # (T, E, K) V(s) as predicted in the rollout
             next_values = torch.cat([values[1:], last_value], dim=0)  # (T, E, K)
             next_values = torch.where(b["episode_ends"][..., heads].bool(), b["final_values"][..., heads], next_values)
             values = value_norm.denormalize(values) if args.value_norm else values
@@ -357,7 +356,7 @@ def main(args: Args) -> dict:
         for agent in [n for n in torch.randperm(N, generator=order_gen).tolist() if teams.trained_list[n]]:
             team, optimizer = team_of[agent], actor_optimizers[set_of[agent]]
             for epoch in range(args.update_epochs):
-                dist, _ = agent_forward(actor, agent, b["states"], first_actor_state, b["episode_starts"],
+                dist, _ = agent_forward(actor, agent, b["obs"], first_actor_state, b["episode_starts"],
                                         b.get("action_masks"))  # over (T, E, 1)
                 pg_loss, entropy_loss = agent_policy_loss(dist, b, agent, factors[team], advantages[..., team])
                 optimizer.zero_grad()
@@ -365,12 +364,12 @@ def main(args: Args) -> dict:
                 grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
                 optimizer.step()
             with torch.no_grad():  # the agent's ratio at its new policy joins its team's factor
-                dist, _ = agent_forward(actor, agent, b["states"], first_actor_state, b["episode_starts"],
+                dist, _ = agent_forward(actor, agent, b["obs"], first_actor_state, b["episode_starts"],
                                         b.get("action_masks"))
                 factors[team] = factors[team] * agent_ratio(dist, b, agent)
         # The team critic: regression on the value targets.
         for epoch in range(args.update_epochs):
-            new_value, _ = team_value(critic, b["global_states"][..., 0, :], first_critic_state,
+            new_value, _ = team_value(critic, b["global_states"], first_critic_state,
                                       b["episode_starts"][..., heads])  # (T, E, K)
             v_loss = 0.5 * masked_mean((new_value - targets) ** 2, team_alive)
             critic_optimizer.zero_grad()

@@ -334,15 +334,15 @@ def main(args: Args) -> dict:
             global_step += E
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true o_{t+1}, before auto-reset
             extras = {}
-            if args.critic_input == "state":  # one copy per agent: the buffer keeps the agent axis everywhere
+            team = {}  # entries of the whole team: one per env copy
+            if args.critic_input == "state":
                 final_state = torch.as_tensor(result.final_state, device=device)
-                extras.update(global_states=state[:, None].expand(E, N, state.shape[-1]),  # (E, N, S)
-                              next_global_states=final_state[:, None].expand(E, N, state.shape[-1]))
+                team.update(global_states=state, next_global_states=final_state)  # (E, S) each, once per copy
             buffer.add_transition(
-                states=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
-                next_states=final_obs, dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
+                next_obs=final_obs, terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
-                alive=torch.as_tensor(result.alive, device=device).float(), **extras)
+                alive=torch.as_tensor(result.alive, device=device).float(), team=team, **extras)
             obs, state = torch.as_tensor(result.obs, device=device), torch.as_tensor(result.state, device=device)
             done = torch.as_tensor(result.done).cpu().bool()
             starts = done.to(device).float()[:, None].expand(E, N)  # (E, N)
@@ -361,11 +361,11 @@ def main(args: Args) -> dict:
             b = buffer.sample_episodes(args.batch_size, sample_gen, device)  # (B_seq, T, N, ...)
             # time-major transitions (B, N, ...), B = T * B_seq: row t * B_seq + j is step t of sequence j
             b = {k: v.transpose(0, 1).flatten(0, 1) for k, v in b.items() if k != "filled"}
-            obs_b, next_obs_b, actions = b["states"], b["next_states"], b["actions"]
+            obs_b, next_obs_b, actions = b["obs"], b["next_obs"], b["actions"]
             alive = b["alive"] * trained  # (B, N) the steps that count in the actor losses: alive learning agents
             B = obs_b.shape[0]
             if args.critic_input == "state":
-                info, next_info = b["global_states"][:, 0], b["next_global_states"][:, 0]  # (B, S)
+                info, next_info = b["global_states"], b["next_global_states"]  # (B, S)
             else:
                 info, next_info = obs_b.reshape(B, -1), next_obs_b.reshape(B, -1)  # (B, N * obs_dim)
             with torch.no_grad():
@@ -374,7 +374,7 @@ def main(args: Args) -> dict:
                 # team reward (summed over the team's agents: R_pz3 units on mpe2) along each stored sequence.
                 next_actions = loaded_group_actions(teams, next_obs_b, target_actor.output(next_obs_b))  # (B, N, A)
                 next_q, _ = target_critic(team_critic_inputs(next_info, next_actions, K))  # (B, K)
-                terminated, ended, team_alive = learning_team_flags(b["dones"], b["truncated"], b["alive"],
+                terminated, ended, team_alive = learning_team_flags(b["terminated"], b["truncated"], b["alive"],
                                                                     teams.learning)
                 seq = (T, B // T, K)  # back to (T, B_seq, K) for the backward recursion
                 ended = ended.view(seq).clone()

@@ -241,7 +241,7 @@ def agent_surrogate_and_kl(actor, theta_row, theta_all, agent: int, d, a_state, 
     before its step (with its own set, its rollout policy), over (L, S, 1)."""
     row = agent if len(theta_all) > 1 else 0
     theta = torch.cat([theta_all[:row], theta_row, theta_all[row + 1:]])  # (N, P), differentiable in theta_row
-    dist, _ = agent_forward_at(actor, agent, d["states"], a_state, d["episode_starts"], d.get("action_masks"),
+    dist, _ = agent_forward_at(actor, agent, d["obs"], a_state, d["episode_starts"], d.get("action_masks"),
                                params=as_agent_param_dict(actor, theta))  # the agent's own network, over (L, S, 1)
     ratio = (dist.log_prob(d["actions"][:, :, agent:agent + 1])[..., 0] - d["log_probs"][..., agent]).exp()
     alive = d["alive"][..., agent]
@@ -349,7 +349,7 @@ def main(args: Args) -> dict:
     teams.load_weights({"actor": actor})  # --load-group from a HATRPO run: copy that group's actor
     # Only the critic has an optimiser: the agents move by trust-region steps (section 7).
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.learning_rate, eps=1e-5)
-    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    buffer = MultiAgentRolloutBuffer(N)  # this iteration's rollout: batched, never replayed
     # Agent orders and minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
     global_step, start_iteration = 0, 1
@@ -386,9 +386,9 @@ def main(args: Args) -> dict:
         buffer.reset_current_episode()
         for step in range(T):
             global_step += E
-            # The buffer keeps every entry per agent: team quantities (state, V(s), the critic's
-            # recurrent state) are stored once per agent, identical along the agent axis, read back as [..., 0].
-            extras = {"episode_starts": starts, "global_states": state[:, None].expand(E, N, state.shape[-1])}
+            # The global state is a team entry (once per env copy); V(s) and the critic's recurrent
+            # state, one per team, are stored per agent (its team's) and read back at one agent of each team.
+            extras = {"episode_starts": starts}
             if actor_state is not None:  # states *before* this step, to restart training sequences
                 extras["prev_hidden_states"] = actor_state[0]
                 extras["prev_critic_hidden_states"] = critic_state[0][:, team_of]  # (E, N, H)
@@ -415,12 +415,12 @@ def main(args: Args) -> dict:
                                                 torch.zeros_like(starts)[None][..., heads])  # (1, E, K)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0][:, team_of],
-                rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
-                dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action[0], log_probs=logprob[0], values=value[0][:, team_of],
+                rewards=torch.as_tensor(result.reward, device=device), next_obs=final_obs,
+                terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
-                final_values=final_value[0][:, team_of], **extras)
+                final_values=final_value[0][:, team_of], team={"global_states": state}, **extras)
             obs, state = next_obs, torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             starts = ended
@@ -433,12 +433,11 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 6. POSTPROCESS
         t_update = time.time()
-        buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
         with torch.no_grad():
             # V(s_{t+1}) is the next step's value while the episode goes on, and the value of the
             # final state where it ended (the next step's value belongs to a new episode).
-            values = b["state_values"][..., heads]  # (T, E, K) V(s) as predicted in the rollout
+            values = b["values"][..., heads]  # (T, E, K) V(s) as predicted in the rollout
             next_values = torch.cat([values[1:], last_value], dim=0)  # (T, E, K)
             next_values = torch.where(b["episode_ends"][..., heads].bool(), b["final_values"][..., heads], next_values)
             values = value_norm.denormalize(values) if args.value_norm else values
@@ -479,7 +478,7 @@ def main(args: Args) -> dict:
         # next agent takes a trust-region step on the surrogate of M * A. Each agent's forward passes
         # run its own network only (its rows of the stacked weights: forward_agent).
         # A shared set (--share-params all / group) takes one step per agent in turn, each on its own data.
-        inputs = (data["states"], a_state, data["episode_starts"], data.get("action_masks"))
+        inputs = (data["obs"], a_state, data["episode_starts"], data.get("action_masks"))
         with torch.no_grad():  # the rollout's policy: with own sets every agent's KL is measured from it
             old_dist, _ = actor(*inputs)
         factors = [torch.ones(L, S, device=device) for _ in range(K)]  # (L, S) per team
@@ -507,12 +506,12 @@ def main(args: Args) -> dict:
             for mb in order.tensor_split(args.num_minibatches):
                 d = {k: v[:, mb] for k, v in data.items()}
                 mb_state = None if c_state is None else tuple(s[mb] for s in c_state)
-                new_value, _ = team_value(critic, d["global_states"][..., 0, :], mb_state,
+                new_value, _ = team_value(critic, d["global_states"], mb_state,
                                           d["episode_starts"][..., heads])  # (L, B, K)
                 # Team-value loss, clipped around the rollout's prediction (in normalised units)
                 v_loss_unclipped = (new_value - d["targets"]) ** 2
                 if args.clip_vloss:
-                    old_value = d["state_values"][..., heads]  # (L, B, K)
+                    old_value = d["values"][..., heads]  # (L, B, K)
                     v_clipped = old_value + (new_value - old_value).clamp(-args.clip_coef, args.clip_coef)
                     v_loss_unclipped = torch.max(v_loss_unclipped, (v_clipped - d["targets"]) ** 2)
                 v_loss = 0.5 * masked_mean(v_loss_unclipped, d["team_alive"])

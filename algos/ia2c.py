@@ -50,7 +50,7 @@ class Args(GroupArgs, RunArgs):  # bases last to first: --help lists RunArgs' fi
     """T, steps per env copy in each rollout (one iteration = T * E env steps and one gradient step)"""
     learning_rate: float = 3e-3
     """Adam learning rate (annealed to 0 over --total-timesteps with --anneal-lr; on simple_spread 3e-3 learns
-    several times faster than 1e-3, BENCHMARKS.md) of actor and critic"""
+    several times faster than 1e-3, docs/benchmarks-history.md) of actor and critic"""
     anneal_lr: bool = True
     """decay the learning rate linearly over total_timesteps (the last iteration uses lr / num_iterations)"""
     gamma: float = 0.95
@@ -185,7 +185,7 @@ def main(args: Args) -> dict:
     value_norm = ValueNorm(groups=teams.group_of_agent).to(device)  # statistics per group: rival returns never mix
     teams.load_weights({"actor": actor, "critic": critic}, value_norm)  # --load-group from an IA2C run: copy it
     optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=args.learning_rate, eps=1e-5)
-    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    buffer = MultiAgentRolloutBuffer(N)  # this iteration's rollout: batched, never replayed
     global_step, start_iteration = 0, 1
     ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
@@ -244,9 +244,9 @@ def main(args: Args) -> dict:
                                             torch.zeros_like(starts)[None])  # (1, E, N)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0],
-                rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
-                dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action[0], log_probs=logprob[0], values=value[0],
+                rewards=torch.as_tensor(result.reward, device=device), next_obs=final_obs,
+                terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
                 final_values=final_value[0], **extras)
@@ -263,19 +263,18 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 6. POSTPROCESS
         t_update = time.time()
-        buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
         with torch.no_grad():
             # V(s_{t+1}) is the next step's value while the episode goes on, and the value of the
             # final observation where it ended (the next step's value belongs to a new episode).
-            next_values = torch.cat([b["state_values"][1:], last_value], dim=0)  # (T, E, N)
+            next_values = torch.cat([b["values"][1:], last_value], dim=0)  # (T, E, N)
             next_values = torch.where(b["episode_ends"].bool(), b["final_values"], next_values)
-            values = value_norm.denormalize(b["state_values"]) if args.value_norm else b["state_values"]
+            values = value_norm.denormalize(b["values"]) if args.value_norm else b["values"]
             next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
             if acting is not None:  # each agent's own moves: rewards credited to its last move; only moves are learned from
                 advantages, returns, b["alive"] = turn_gae(b, values, next_values, acting, args.gamma, args.gae_lambda)
             else:
-                advantages, returns = compute_gae(b["rewards"], values, next_values, b["dones"], b["truncated"],
+                advantages, returns = compute_gae(b["rewards"], values, next_values, b["terminated"], b["truncated"],
                                                   args.gamma, args.gae_lambda)
             # Fixed groups (not in --train-groups) act but take no part in any loss or statistic: their zero loss
             # leaves their weights exactly as they were.
@@ -290,7 +289,7 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 7. UPDATE
         # One gradient step on the whole rollout: every copy's T steps as one sequence, (T, E, N, ...).
-        dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
+        dist, _ = actor(b["obs"], first_actor_state, b["episode_starts"], b.get("action_masks"))
         new_logprob, entropy = dist.log_prob(b["actions"]), dist.entropy()  # (T, E, N)
         new_value, _ = critic(b["critic_inputs"], first_critic_state, b["episode_starts"])  # (T, E, N)
 

@@ -264,8 +264,8 @@ def main(args: Args) -> dict:
                 final_mask = result.final_action_mask if result.final_action_mask is not None else result.action_mask
                 extras.update(action_masks=mask, next_action_masks=torch.as_tensor(final_mask, device=device))
             buffer.add_transition(
-                states=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
-                next_states=final_obs, dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
+                next_obs=final_obs, terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), **extras)
             obs = torch.as_tensor(result.obs, device=device)
@@ -287,7 +287,7 @@ def main(args: Args) -> dict:
             b = buffer.sample_episodes(args.batch_size, sample_gen, device)  # (B_seq, T, N, ...)
             # time-major transitions (B, N, ...), B = T * B_seq: row t * B_seq + j is step t of sequence j
             b = {k: v.transpose(0, 1).flatten(0, 1) for k, v in b.items() if k != "filled"}
-            obs_b, next_obs_b, actions = b["states"], b["next_states"], b["actions"]
+            obs_b, next_obs_b, actions = b["obs"], b["next_obs"], b["actions"]
             alive = b["alive"] * trained  # (B, N) the steps that count in the losses: alive agents of learning groups
             B = obs_b.shape[0]
             with torch.no_grad():
@@ -297,9 +297,9 @@ def main(args: Args) -> dict:
                 next_actions = gumbel_softmax_st(next_out, 1.0) if actor.discrete else next_out
                 next_q, _ = target_critic((next_obs_b, next_actions))  # (B, N)
                 seq = (T, B // T, N)  # back to (T, B_seq, N) for the backward recursion
-                ended = torch.maximum(b["dones"], b["truncated"]).view(seq).clone()
+                ended = torch.maximum(b["terminated"], b["truncated"]).view(seq).clone()
                 ended[-1] = 1.0  # the stored sequence stops: its last step bootstraps from Q' alone there
-                targets = td_lambda_targets(b["rewards"].view(seq), next_q.view(seq), b["dones"].view(seq), ended,
+                targets = td_lambda_targets(b["rewards"].view(seq), next_q.view(seq), b["terminated"].view(seq), ended,
                                             args.gamma, args.td_lambda).flatten(0, 1)  # (B, N)
 
 # ============================================================================ 7. UPDATE

@@ -212,7 +212,7 @@ def main(args: Args) -> dict:
     value_norm = ValueNorm(groups=teams.group_of_agent).to(device)  # statistics per group: rival returns never mix
     teams.load_weights(learned(actor, critic), value_norm)  # --load-group from an IPG run: copy it
     optimizer = torch.optim.Adam(parameters(actor, critic), lr=args.learning_rate, eps=1e-5)
-    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    buffer = MultiAgentRolloutBuffer(N)  # this iteration's rollout: batched, never replayed
     global_step, start_iteration = 0, 1
     ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
@@ -264,10 +264,10 @@ def main(args: Args) -> dict:
             result = envs.step(action[0])  # a torch env keeps it on the device
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action[0], log_probs=logprob[0], state_values=None if value is None else value[0],
+                obs=obs, actions=action[0], log_probs=logprob[0], values=None if value is None else value[0],
                 rewards=torch.as_tensor(result.reward, device=device),
-                next_states=torch.as_tensor(result.final_obs, device=device),
-                dones=torch.as_tensor(result.terminated, device=device).float(),
+                next_obs=torch.as_tensor(result.final_obs, device=device),
+                terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended, **extras)
             obs = torch.as_tensor(result.obs, device=device)
@@ -294,16 +294,16 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 6. POSTPROCESS
         t_update = time.time()
-        buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
         # Fixed groups (not in --train-groups) act but take no part in any loss or statistic: their zero loss
         # leaves their weights exactly as they were.
         learn = b["alive"] * trained  # (T, E, N) live steps of agents whose group learns
         with torch.no_grad():
-            returns = returns_to_go(b["rewards"], b["dones"], b["truncated"], last_value[0], args.gamma)  # (T, E, N)
+            returns = returns_to_go(b["rewards"], b["terminated"], b["truncated"], last_value[0],
+                                    args.gamma)  # (T, E, N)
             weights = returns  # what multiplies grad log pi: G_t, or G_t - V(o_t) with a baseline
             if critic is not None:
-                values = value_norm.denormalize(b["state_values"]) if args.value_norm else b["state_values"]
+                values = value_norm.denormalize(b["values"]) if args.value_norm else b["values"]
                 weights = returns - values  # lower variance, same expected gradient (V ignores the action)
                 if args.value_norm:
                     value_norm.update(returns, learn)
@@ -315,7 +315,7 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 7. UPDATE
         # One gradient step on the whole rollout: every copy's T steps as one sequence, (T, E, N, ...).
-        dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
+        dist, _ = actor(b["obs"], first_actor_state, b["episode_starts"], b.get("action_masks"))
         new_logprob, entropy = dist.log_prob(b["actions"]), dist.entropy()  # (T, E, N)
 
         # REINFORCE with returns-to-go (Williams 1992; Sutton and Barto 2018, eq. 13.11)
@@ -323,7 +323,7 @@ def main(args: Args) -> dict:
         entropy_loss = masked_mean(entropy, learn)
         loss = pg_loss - args.ent_coef * entropy_loss
         if critic is not None:  # the baseline regresses on the returns-to-go
-            inputs = baseline_inputs(b["states"], b["time_fraction"], args.time_feature)
+            inputs = baseline_inputs(b["obs"], b["time_fraction"], args.time_feature)
             new_value, _ = critic(inputs, first_critic_state, b["episode_starts"])  # (T, E, N)
             v_loss = 0.5 * masked_mean((new_value - targets) ** 2, learn)
             loss = loss + args.vf_coef * v_loss

@@ -52,16 +52,16 @@ class Args(GroupArgs, RunArgs):
     """episodes per gradient step"""
     updates_per_iteration: int = 16
     """gradient steps after every iteration (num_envs episodes): 16 / 8 = two steps per episode played, twice
-    QMIX's and VDN's (on simple_spread, 3-seed mean -32.3 at 2M against -38.2 with one; BENCHMARKS.md)"""
+    QMIX's and VDN's (on simple_spread, 3-seed mean -32.3 at 2M against -38.2 with one; docs/benchmarks-history.md)"""
     learning_rate: float = 5e-4
     """Adam learning rate of the agents"""
     gamma: float = 0.95
     """discount factor (0.95 suits MPE's 25-step, clock-cut episodes: VDN on simple_spread reached -38.7 at
-    700k env steps with it and stayed near -58 with 0.99; see BENCHMARKS.md)"""
+    700k env steps with it and stayed near -58 with 0.99; see docs/benchmarks-history.md)"""
     td_lambda: float = 0.0
     """lambda of the TD(lambda) targets (0: one-step targets). IQL uses EPyMARL's one-step targets and hard
     target copies: on simple_spread (one gradient step per episode), 3-seed mean -38.2 at 2M against -41.8
-    with TD(0.6) and Polyak 0.01 (BENCHMARKS.md)"""
+    with TD(0.6) and Polyak 0.01 (docs/benchmarks-history.md)"""
     double_q: bool = True
     """double Q-learning: the online agents pick the next action, the target agents value it"""
     tau: float = 1.0
@@ -271,8 +271,8 @@ def main(args: Args) -> dict:
             final_mask = result.final_action_mask if result.final_action_mask is not None else result.action_mask
             valid = running[:, None].expand(E, N).float()  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
-                next_states=final_obs, dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
+                next_obs=final_obs, terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(), valid=valid,
                 alive=torch.as_tensor(result.alive, device=device).float(),  # (E, N) the agent acted
                 **({} if mask is None else {"action_masks": mask,
@@ -292,16 +292,16 @@ def main(args: Args) -> dict:
             starts = torch.zeros(1, E, N, device=device)
         episode = buffer.end_episode()
         if args.standardise_rewards:  # running scale of the rewards, from every real step a live agent played
-            played = torch.stack(episode["extras"]["valid"].steps) * torch.stack(episode["extras"]["alive"].steps)
+            played = episode["extras"]["valid"].stack() * episode["extras"]["alive"].stack()
             played = played * teams.trained  # (T, E, N); fixed groups' rewards are not learned from
-            rewards = learned_rewards(torch.stack(episode["rewards"].steps), args.team_reward, teams.onehot)
+            rewards = learned_rewards(episode["rewards"].stack(), args.team_reward, teams.onehot)
             reward_norm.update(rewards[played.bool()] if reward_norm.group_onehot is None else rewards, played)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
         # (inside the update loop: every gradient step draws its own batch of stored episodes)
         t_update = time.time()
-        stored = sum(ep["rewards"].steps[0].shape[0] for ep in buffer.episodes)
+        stored = buffer.stored_sequences
         for _ in range(args.updates_per_iteration if stored >= args.batch_size else 0):
             b = buffer.sample_episodes(args.batch_size, sample_gen, device)
             b = {k: v.transpose(0, 1) for k, v in b.items()}  # time first: (T, B, N, ...)
@@ -309,7 +309,7 @@ def main(args: Args) -> dict:
             lengths = step_mask.sum(0).long()  # (B,)
             T, B = step_mask.shape
             ended = step_mask * (1.0 - torch.cat([step_mask[1:], torch.zeros_like(step_mask[:1])]))  # last real step
-            terminated = b["dones"] * step_mask[..., None]  # (T, B, N): each agent's own termination
+            terminated = b["terminated"] * step_mask[..., None]  # (T, B, N): each agent's own termination
             # Agents that left early (MAgent2 deaths) have no loss after they are gone: their zero
             # observation says nothing and their action was never played. The step an agent dies in
             # is its last alive one, terminated there, so no target bootstraps across the death.
@@ -320,7 +320,7 @@ def main(args: Args) -> dict:
             if args.standardise_rewards:
                 rewards = rewards / reward_norm.stats()[1].sqrt()
             # Inputs for steps 0..T: the observed history plus each episode's final observation.
-            obs_all = with_final_step(b["states"], b["next_states"], lengths)  # (T+1, B, N, obs_dim)
+            obs_all = with_final_step(b["obs"], b["next_obs"], lengths)  # (T+1, B, N, obs_dim)
             mask_all = (with_final_step(b["action_masks"], b["next_action_masks"], lengths).bool()
                         if "action_masks" in b else None)  # (T+1, B, N, A)
             actions = b["actions"].long()  # (T, B, N)

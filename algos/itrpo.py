@@ -228,7 +228,7 @@ def surrogate_and_kl(actor, theta, d, a_state, old_dist):
     mean_alive[rho * A] (Schulman et al. 2015, eq. 14, with rho = pi_theta / pi_old) and
     mean_alive[KL(pi_old || pi_theta)], the mean over the live steps of the agents using that set."""
     dist, _ = functional_call(actor, as_param_dict(actor, theta),
-                              (d["states"], a_state, d["episode_starts"], d.get("action_masks")))
+                              (d["obs"], a_state, d["episode_starts"], d.get("action_masks")))
     ratio = (dist.log_prob(d["actions"]) - d["log_probs"]).exp()  # (L, B, N)
     sets = torch.nn.functional.one_hot(actor.net.set_of_agent, theta.shape[0]).to(ratio.dtype)  # (N, G)
     return (set_mean(ratio * d["advantages"], d["alive"], sets), set_mean(policy_kl(old_dist, dist), d["alive"], sets))
@@ -265,7 +265,7 @@ def trpo_step(actor, d, a_state, max_kl: float, damping: float, cg_iters: int,
     size and line search, all computed together. Returns the step's statistics."""
     theta_old = flat_params(actor)  # (G, P)
     with torch.no_grad():
-        old_dist, _ = actor(d["states"], a_state, d["episode_starts"], d.get("action_masks"))
+        old_dist, _ = actor(d["obs"], a_state, d["episode_starts"], d.get("action_masks"))
     theta = theta_old.clone().requires_grad_(True)
     with torch.backends.cudnn.flags(enabled=False):  # F v differentiates twice; cuDNN's GRU/LSTM cannot
         surrogate, kl = surrogate_and_kl(actor, theta, d, a_state, old_dist)  # (G,) each
@@ -290,7 +290,7 @@ def trpo_step(actor, d, a_state, max_kl: float, damping: float, cg_iters: int,
                 break
         for p, value in zip(actor.parameters(), as_param_dict(actor, theta_old + fraction * full_step).values()):
             p.copy_(value)
-        dist, _ = actor(d["states"], a_state, d["episode_starts"], d.get("action_masks"))
+        dist, _ = actor(d["obs"], a_state, d["episode_starts"], d.get("action_masks"))
         new_surrogate = masked_mean((dist.log_prob(d["actions"]) - d["log_probs"]).exp() * d["advantages"], d["alive"])
     return dict(policy_loss=-new_surrogate.item(), entropy=masked_mean(dist.entropy(), d["alive"]).item(),
                 kl=masked_mean(policy_kl(old_dist, dist), d["alive"]).item(), step_fraction=fraction.mean().item())
@@ -334,7 +334,7 @@ def main(args: Args) -> dict:
     teams.load_weights({"actor": actor, "critic": critic}, value_norm)  # --load-group from an ITRPO run: copy it
     # Only the critic has an optimiser: the actor moves by trust-region steps (section 7).
     optimizer = torch.optim.Adam(critic.parameters(), lr=args.learning_rate, eps=1e-5)
-    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    buffer = MultiAgentRolloutBuffer(N)  # this iteration's rollout: batched, never replayed
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
     global_step, start_iteration = 0, 1
@@ -398,9 +398,9 @@ def main(args: Args) -> dict:
                                             torch.zeros_like(starts)[None])  # (1, E, N)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0],
-                rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
-                dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action[0], log_probs=logprob[0], values=value[0],
+                rewards=torch.as_tensor(result.reward, device=device), next_obs=final_obs,
+                terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
                 final_values=final_value[0], **extras)
@@ -417,19 +417,18 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 6. POSTPROCESS
         t_update = time.time()
-        buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
         with torch.no_grad():
             # V(s_{t+1}) is the next step's value while the episode goes on, and the value of the
             # final observation where it ended (the next step's value belongs to a new episode).
-            next_values = torch.cat([b["state_values"][1:], last_value], dim=0)  # (T, E, N)
+            next_values = torch.cat([b["values"][1:], last_value], dim=0)  # (T, E, N)
             next_values = torch.where(b["episode_ends"].bool(), b["final_values"], next_values)
-            values = value_norm.denormalize(b["state_values"]) if args.value_norm else b["state_values"]
+            values = value_norm.denormalize(b["values"]) if args.value_norm else b["values"]
             next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
             if acting is not None:  # each agent's own moves: rewards go to its last move; only moves are learned
                 advantages, returns, b["alive"] = turn_gae(b, values, next_values, acting, args.gamma, args.gae_lambda)
             else:
-                advantages, returns = compute_gae(b["rewards"], values, next_values, b["dones"], b["truncated"],
+                advantages, returns = compute_gae(b["rewards"], values, next_values, b["terminated"], b["truncated"],
                                                   args.gamma, args.gae_lambda)
             # Fixed groups (not in --train-groups) act but take no part in any loss or statistic: their sets
             # get no trust-region step and their critic rows no gradient, so their weights stay as they were.
@@ -469,7 +468,7 @@ def main(args: Args) -> dict:
                 # Value loss, clipped around the rollout's prediction (in normalised units)
                 v_loss_unclipped = (new_value - d["targets"]) ** 2
                 if args.clip_vloss:
-                    old_value = d["state_values"]
+                    old_value = d["values"]
                     v_clipped = old_value + (new_value - old_value).clamp(-args.clip_coef, args.clip_coef)
                     v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - d["targets"]) ** 2), alive_mb)
                 else:

@@ -45,7 +45,7 @@ class Args(GroupArgs, GNNArgs, RunArgs):  # bases last to first: --help lists Ru
     """scenario arguments as KEY=VALUE, e.g. N=5 max_cycles=50 continuous_actions=true"""
     num_envs: int = 256
     """E, env copies stepped together in the rollout (256 x 25 steps per update: on simple_spread this learns faster
-    per env step than 32 copies with 10 epochs, BENCHMARKS.md)"""
+    per env step than 32 copies with 10 epochs, docs/benchmarks-history.md)"""
 
     # --- algorithm
     num_steps: int = 25
@@ -258,7 +258,7 @@ def main(args: Args) -> dict:
     teams.load_weights({"actor": actor} if args.share_critic else {"actor": actor, "critic": critic},
                        None if args.share_critic else value_norm)
     optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=args.learning_rate, eps=1e-5)
-    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    buffer = MultiAgentRolloutBuffer(N)  # this iteration's rollout: batched, never replayed
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
     global_step, start_iteration = 0, 1
@@ -323,9 +323,9 @@ def main(args: Args) -> dict:
                                             torch.zeros_like(starts)[None])  # (1, E, N)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0],
-                rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
-                dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action[0], log_probs=logprob[0], values=value[0],
+                rewards=torch.as_tensor(result.reward, device=device), next_obs=final_obs,
+                terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
                 final_values=final_value[0], **extras)
@@ -342,19 +342,18 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 6. POSTPROCESS
         t_update = time.time()
-        buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
         with torch.no_grad():
             # V(s_{t+1}) is the next step's value while the episode goes on, and the value of the
             # final observation where it ended (the next step's value belongs to a new episode).
-            next_values = torch.cat([b["state_values"][1:], last_value], dim=0)  # (T, E, N)
+            next_values = torch.cat([b["values"][1:], last_value], dim=0)  # (T, E, N)
             next_values = torch.where(b["episode_ends"].bool(), b["final_values"], next_values)
-            values = value_norm.denormalize(b["state_values"]) if args.value_norm else b["state_values"]
+            values = value_norm.denormalize(b["values"]) if args.value_norm else b["values"]
             next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
             if acting is not None:  # each agent's own moves: rewards credited to its last move; only moves are learned from
                 advantages, returns, b["alive"] = turn_gae(b, values, next_values, acting, args.gamma, args.gae_lambda)
             else:
-                advantages, returns = compute_gae(b["rewards"], values, next_values, b["dones"], b["truncated"],
+                advantages, returns = compute_gae(b["rewards"], values, next_values, b["terminated"], b["truncated"],
                                                   args.gamma, args.gae_lambda)
             # Fixed groups (not in --train-groups) act but take no part in any loss or statistic.
             learn = b["alive"] * trained  # (T, E, N) live steps of agents whose group learns
@@ -383,7 +382,7 @@ def main(args: Args) -> dict:
                         (init_states["prev_cell_states"][mb],) if args.recurrent == "lstm" else ())
                     c_state = (init_states["prev_critic_hidden_states"][mb],) + (
                         (init_states["prev_critic_cell_states"][mb],) if args.recurrent == "lstm" else ())
-                dist, _ = actor(d["states"], a_state, d["episode_starts"], d.get("action_masks"))
+                dist, _ = actor(d["obs"], a_state, d["episode_starts"], d.get("action_masks"))
                 new_logprob, entropy = dist.log_prob(d["actions"]), dist.entropy()  # (L, B, N)
                 new_value, _ = critic(d["critic_inputs"], c_state, d["episode_starts"])  # (L, B, N)
                 logratio = new_logprob - d["log_probs"]
@@ -400,7 +399,7 @@ def main(args: Args) -> dict:
                 # Value loss, clipped around the rollout's prediction (in normalised units)
                 v_loss_unclipped = (new_value - d["targets"]) ** 2
                 if args.clip_vloss:
-                    old_value = d["state_values"]
+                    old_value = d["values"]
                     v_clipped = old_value + (new_value - old_value).clamp(-args.clip_coef, args.clip_coef)
                     v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - d["targets"]) ** 2), alive_mb)
                 else:

@@ -251,7 +251,7 @@ def main(args: Args) -> dict:
     # Statistics per group: rival returns (a predator's +10 is the prey's -10) never mix.
     value_norm = ValueNorm(groups=teams.group_of_agent).to(device)
     optimizer = torch.optim.Adam(mat.parameters(), lr=args.learning_rate, eps=1e-5)
-    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    buffer = MultiAgentRolloutBuffer(N)  # this iteration's rollout: batched, never replayed
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
     global_step, start_iteration = 0, 1
@@ -300,9 +300,9 @@ def main(args: Args) -> dict:
                     final_value = mat.encode(final_obs)[0]  # (E, N)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action, log_probs=logprob, state_values=value,
-                rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
-                dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action, log_probs=logprob, values=value,
+                rewards=torch.as_tensor(result.reward, device=device), next_obs=final_obs,
+                terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
                 final_values=final_value, **extras)
@@ -318,16 +318,15 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 6. POSTPROCESS
         t_update = time.time()
-        buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
         with torch.no_grad():
             # V(o_{t+1}) is the next step's value while the episode goes on, and the value of the
             # final observation where it ended (the next step's value belongs to a new episode).
-            next_values = torch.cat([b["state_values"][1:], last_value[None]], dim=0)  # (T, E, N)
+            next_values = torch.cat([b["values"][1:], last_value[None]], dim=0)  # (T, E, N)
             next_values = torch.where(b["episode_ends"].bool(), b["final_values"], next_values)
-            values = value_norm.denormalize(b["state_values"]) if args.value_norm else b["state_values"]
+            values = value_norm.denormalize(b["values"]) if args.value_norm else b["values"]
             next_values = value_norm.denormalize(next_values) if args.value_norm else next_values
-            advantages, returns = compute_gae(b["rewards"], values, next_values, b["dones"], b["truncated"],
+            advantages, returns = compute_gae(b["rewards"], values, next_values, b["terminated"], b["truncated"],
                                               args.gamma, args.gae_lambda)  # (T, E, N): one per agent, as MAT's
             # Loaded groups act but take no part in any loss or statistic.
             learn = b["alive"] * trained  # (T, E, N) live steps of the agents MAT trains
@@ -350,7 +349,7 @@ def main(args: Args) -> dict:
                 d = {k: v[mb] for k, v in data.items()}  # (B, N, ...)
                 # One parallel pass: agent i's log-prob from the stored actions of agents 0..i-1 (shifted input,
                 # causal masks), the same distribution it was drawn from in the rollout.
-                new_value, dist = mat.evaluate(d["states"], d["actions"], d.get("action_masks"))  # (B, N)
+                new_value, dist = mat.evaluate(d["obs"], d["actions"], d.get("action_masks"))  # (B, N)
                 new_logprob, entropy = dist.log_prob(d["actions"]), dist.entropy()  # (B, N)
                 logratio = new_logprob - d["log_probs"]
                 ratio = logratio.exp()  # one ratio per agent, pi(a_i | o, a_1..a_{i-1}) / pi_old(...)
@@ -366,7 +365,7 @@ def main(args: Args) -> dict:
                 # Value loss on the encoder's per-agent values, clipped around the rollout's (normalised units)
                 v_loss_unclipped = (new_value - d["targets"]) ** 2
                 if args.clip_vloss:
-                    old_value = d["state_values"]
+                    old_value = d["values"]
                     v_clipped = old_value + (new_value - old_value).clamp(-args.clip_coef, args.clip_coef)
                     v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - d["targets"]) ** 2), alive_mb)
                 else:

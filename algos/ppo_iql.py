@@ -365,7 +365,7 @@ def main(args: Args) -> dict:
     iql_optimizer = torch.optim.Adam(iql_params, lr=args.q_learning_rate)
     value_norm = ValueNorm().to(device)  # PPO's value targets, normalised (MAPPO's ValueNorm)
     reward_norm = ValueNorm().to(device)  # running scale of the IQL group's rewards
-    buffer = MultiAgentRolloutBuffer(Np, capacity=1)  # PPO: this iteration's rollout of its agents
+    buffer = MultiAgentRolloutBuffer(Np)  # PPO: this iteration's rollout of its agents, never replayed
     replay = MultiAgentRolloutBuffer(Nq, capacity=max(1, args.buffer_size // args.batch_steps))  # IQL: T * E a time
     shuffle_gen = torch.Generator().manual_seed(args.seed)  # minibatch shuffles and replay draws
     nets = {"actor": actor, "critic": critic, "q_net": q_net, "target_q": target_q, "acting_q": acting_q}
@@ -431,15 +431,15 @@ def main(args: Args) -> dict:
                     final_value, _ = critic(final_in[None])  # (1, E, Np)
             ended = torch.as_tensor(result.done, device=device).float()[:, None]  # (E, 1)
             buffer.add_transition(
-                states=obs_p, actions=action_p[0], log_probs=logprob[0], state_values=value[0],
-                rewards=reward[:, ppo_idx], next_states=final_obs.index_select(1, ppo_idx),
-                dones=terminated[:, ppo_idx], truncated=truncated[:, ppo_idx], alive=alive[:, ppo_idx],
+                obs=obs_p, actions=action_p[0], log_probs=logprob[0], values=value[0],
+                rewards=reward[:, ppo_idx], next_obs=final_obs.index_select(1, ppo_idx),
+                terminated=terminated[:, ppo_idx], truncated=truncated[:, ppo_idx], alive=alive[:, ppo_idx],
                 episode_ends=ended.expand(E, Np), final_values=final_value[0], critic_inputs=critic_in,
                 **({} if mask_p is None else {"action_masks": mask_p}))
             final_mask = result.final_action_mask if result.final_action_mask is not None else result.action_mask
             replay.add_transition(
-                states=obs_q, actions=action_q, rewards=reward[:, iql_idx],
-                next_states=final_obs.index_select(1, iql_idx), dones=terminated[:, iql_idx],
+                obs=obs_q, actions=action_q, rewards=reward[:, iql_idx],
+                next_obs=final_obs.index_select(1, iql_idx), terminated=terminated[:, iql_idx],
                 truncated=truncated[:, iql_idx], alive=alive[:, iql_idx],
                 **({} if mask is None else {"next_action_masks": torch.as_tensor(
                     final_mask, device=device).index_select(1, iql_idx)}))
@@ -455,21 +455,21 @@ def main(args: Args) -> dict:
             last_value, _ = critic(last_in[None])  # (1, E, Np)
         stored = replay.end_episode()
         if args.standardise_rewards:  # running scale of the IQL group's rewards, live agents only
-            played = torch.stack(stored["extras"]["alive"].steps).bool()  # (T, E, Nq)
-            reward_norm.update(torch.stack(stored["rewards"].steps)[played])
+            played = stored["extras"]["alive"].stack().bool()  # (T, E, Nq)
+            reward_norm.update(stored["rewards"].stack()[played])
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
         # PPO's rule: GAE on its own rollout. (IQL's rule, one-step targets, runs inside its update loop.)
         t_update = time.time()
-        buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, Np, ...)
         with torch.no_grad():
-            next_values = torch.cat([b["state_values"][1:], last_value], dim=0)  # (T, E, Np)
+            next_values = torch.cat([b["values"][1:], last_value], dim=0)  # (T, E, Np)
             next_values = torch.where(b["episode_ends"].bool(), b["final_values"], next_values)
-            values = value_norm.denormalize(b["state_values"])
-            advantages, returns = compute_gae(b["rewards"], values, value_norm.denormalize(next_values), b["dones"],
-                                              b["truncated"], args.gamma, args.gae_lambda)  # (T, E, Np)
+            values = value_norm.denormalize(b["values"])
+            advantages, returns = compute_gae(b["rewards"], values, value_norm.denormalize(next_values),
+                                              b["terminated"], b["truncated"], args.gamma,
+                                              args.gae_lambda)  # (T, E, Np)
             live = b["alive"]
             adv_mean = masked_mean(advantages, live)
             adv_std = masked_mean((advantages - adv_mean) ** 2, live).sqrt()
@@ -489,7 +489,7 @@ def main(args: Args) -> dict:
             order = torch.randperm(S, generator=shuffle_gen).to(device)
             for mb in order.tensor_split(args.num_minibatches):
                 d = {k: v[mb][None] for k, v in data.items()}  # (1, B, Np, ...)
-                dist, _ = actor(d["states"], None, None, d.get("action_masks"))
+                dist, _ = actor(d["obs"], None, None, d.get("action_masks"))
                 new_logprob, entropy = dist.log_prob(d["actions"]), dist.entropy()  # (1, B, Np)
                 new_value, _ = critic(d["critic_inputs"])  # (1, B, Np)
                 logratio = new_logprob - d["log_probs"]
@@ -519,19 +519,19 @@ def main(args: Args) -> dict:
             r = replay.sample_episodes(args.batch_size, shuffle_gen, device)  # (B_seq, T, Nq, ...)
             r = {k: v.flatten(0, 1) for k, v in r.items() if k != "filled"}  # (B, Nq, ...) transitions
             rewards = r["rewards"] / reward_norm.stats()[1].sqrt() if args.standardise_rewards else r["rewards"]
-            q, _ = q_net.q_values(r["states"][None], None, None, None)  # (1, B, Nq, A)
+            q, _ = q_net.q_values(r["obs"][None], None, None, None)  # (1, B, Nq, A)
             q_taken = q[0].gather(-1, r["actions"].long()[..., None]).squeeze(-1)  # (B, Nq)
             with torch.no_grad():
                 # Double Q-learning (van Hasselt et al. 2016): the online net picks a*, the target net values it,
                 # at the true next observation (the final one where an episode ended). A truncation keeps
                 # this bootstrap (the task was not over), a termination removes it.
-                next_online, _ = q_net.q_values(r["next_states"][None], None, None, None)  # (1, B, Nq, A)
-                next_target, _ = target_q.q_values(r["next_states"][None], None, None, None)
+                next_online, _ = q_net.q_values(r["next_obs"][None], None, None, None)  # (1, B, Nq, A)
+                next_target, _ = target_q.q_values(r["next_obs"][None], None, None, None)
                 chooser = next_online[0]
                 if "next_action_masks" in r:
                     chooser = chooser.masked_fill(~r["next_action_masks"].bool(), float("-inf"))
                 next_q = next_target[0].gather(-1, chooser.argmax(-1, keepdim=True)).squeeze(-1)  # (B, Nq)
-                q_targets = rewards + args.gamma * (1.0 - r["dones"]) * next_q  # (B, Nq)
+                q_targets = rewards + args.gamma * (1.0 - r["terminated"]) * next_q  # (B, Nq)
             td_loss = masked_mean((q_taken - q_targets) ** 2, r["alive"])
             iql_optimizer.zero_grad()
             td_loss.backward()

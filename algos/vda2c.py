@@ -48,7 +48,7 @@ class Args(GroupArgs, RunArgs):
     """T, steps per env copy in each rollout (one iteration = T * E env steps and one gradient step)"""
     learning_rate: float = 3e-3
     """Adam learning rate (annealed to 0 over --total-timesteps with --anneal-lr; on simple_spread 3e-3 learns
-    several times faster than 1e-3, BENCHMARKS.md) of actor, critic and mixer"""
+    several times faster than 1e-3, docs/benchmarks-history.md) of actor, critic and mixer"""
     anneal_lr: bool = True
     """decay the learning rate linearly over total_timesteps (the last iteration uses lr / num_iterations)"""
     gamma: float = 0.95
@@ -207,7 +207,7 @@ def main(args: Args) -> dict:
     value_norm = (ValueNorm() if K == 1 else ValueNorm(groups=range(K))).to(device)
     params = list(actor.parameters()) + list(critic.parameters()) + list(mixer.parameters())
     optimizer = torch.optim.Adam(params, lr=args.learning_rate, eps=1e-5)
-    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    buffer = MultiAgentRolloutBuffer(N)  # this iteration's rollout: batched, never replayed
     global_step, start_iteration = 0, 1
     ckpt, run_path = start_or_resume(args, ALGO, device)  # a resumed run gets its RNG states back
     if ckpt is not None:
@@ -242,9 +242,9 @@ def main(args: Args) -> dict:
         first_actor_state, first_critic_state = actor_state, critic_state
         for step in range(T):
             global_step += E
-            # The buffer keeps every entry per agent: team quantities (state, V_tot) are stored
-            # once per agent (its team's), and read back at one agent of each team ([..., firsts]).
-            extras = {"episode_starts": starts, "global_states": state[:, None].expand(E, N, state.shape[-1])}
+            # The global state is a team entry (once per env copy); V_tot, one per team, is stored per
+            # agent (its team's) and read back at one agent of each team ([..., firsts]).
+            extras = {"episode_starts": starts}
             if mask is not None:
                 extras["action_masks"] = mask
             with torch.no_grad():
@@ -264,12 +264,12 @@ def main(args: Args) -> dict:
                                                       torch.zeros_like(starts)[None])  # (1, E, K)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action[0], state_values=value[0][:, team_of],
-                rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
-                dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action[0], values=value[0][:, team_of],
+                rewards=torch.as_tensor(result.reward, device=device), next_obs=final_obs,
+                terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
-                final_values=final_value[0][:, team_of], **extras)
+                final_values=final_value[0][:, team_of], team={"global_states": state}, **extras)
             obs, state = next_obs, torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             starts = ended
@@ -283,12 +283,11 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 6. POSTPROCESS
         t_update = time.time()
-        buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
         with torch.no_grad():
             # V_tot(s_{t+1}) is the next step's value while the episode goes on, and the value of
             # the final observation where it ended (the next step's value belongs to a new episode).
-            values = b["state_values"][..., firsts]  # (T, E, K) V_tot as predicted in the rollout
+            values = b["values"][..., firsts]  # (T, E, K) V_tot as predicted in the rollout
             next_values = torch.cat([values[1:], last_value], dim=0)  # (T, E, K)
             next_values = torch.where(b["episode_ends"][..., :1].bool(), b["final_values"][..., firsts], next_values)
             values = value_norm.denormalize(values) if args.value_norm else values
@@ -311,9 +310,9 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 7. UPDATE
         # One gradient step on the whole rollout: every copy's T steps as one sequence, (T, E, N, ...).
-        dist, _ = actor(b["states"], first_actor_state, b["episode_starts"], b.get("action_masks"))
+        dist, _ = actor(b["obs"], first_actor_state, b["episode_starts"], b.get("action_masks"))
         new_logprob, entropy = dist.log_prob(b["actions"]), dist.entropy()  # (T, E, N)
-        new_value, _ = mixed_team_value(critic, mixer, b["states"], b["global_states"][..., 0, :], first_critic_state,
+        new_value, _ = mixed_team_value(critic, mixer, b["obs"], b["global_states"], first_critic_state,
                                         b["episode_starts"])  # (T, E, K)
         alive = b["alive"] * trained  # fixed groups' zero loss leaves their weights exactly as they were
         # Policy gradient (Su et al. 2021): every agent's log-probability is weighted by its

@@ -56,7 +56,7 @@ class Args(GroupArgs, RunArgs):
     """Adam learning rate of agents and mixer"""
     gamma: float = 0.95
     """discount factor (0.95 suits MPE's 25-step, clock-cut episodes: VDN on simple_spread reached -38.7 at
-    700k env steps with it and stayed near -58 with 0.99; see BENCHMARKS.md)"""
+    700k env steps with it and stayed near -58 with 0.99; see docs/benchmarks-history.md)"""
     td_lambda: float = 0.6
     """lambda of the TD(lambda) targets (0: one-step targets)"""
     double_q: bool = True
@@ -263,12 +263,11 @@ def main(args: Args) -> dict:
             final_mask = result.final_action_mask if result.final_action_mask is not None else result.action_mask
             valid = running[:, None].expand(E, N).float()  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
-                next_states=final_obs, dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action, rewards=torch.as_tensor(result.reward, device=device),
+                next_obs=final_obs, terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(), valid=valid,
                 alive=torch.as_tensor(result.alive, device=device).float(),  # (E, N) the agent acted
-                global_states=state[:, None].expand(E, N, state.shape[-1]),  # (E, N, state_dim)
-                next_global_states=final_state[:, None].expand(E, N, final_state.shape[-1]),
+                team={"global_states": state, "next_global_states": final_state},  # (E, state_dim) each, once per copy
                 **({} if mask is None else {"action_masks": mask,
                                             "next_action_masks": torch.as_tensor(final_mask, device=device)}))
             global_step += int(running.sum())
@@ -286,14 +285,14 @@ def main(args: Args) -> dict:
             starts = torch.zeros(1, E, N, device=device)
         episode = buffer.end_episode()
         if args.standardise_rewards:  # running scale of the team rewards, from every real step played
-            played = torch.stack(episode["extras"]["valid"].steps)[..., 0].bool()  # (T, E)
-            reward_norm.update(teams.team_rewards(torch.stack(episode["rewards"].steps))[played])  # (steps, K)
+            played = episode["extras"]["valid"].stack()[..., 0].bool()  # (T, E)
+            reward_norm.update(teams.team_rewards(episode["rewards"].stack())[played])  # (steps, K)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
         # (inside the update loop: every gradient step draws its own batch of stored episodes)
         t_update = time.time()
-        stored = sum(ep["rewards"].steps[0].shape[0] for ep in buffer.episodes)
+        stored = buffer.stored_sequences
         for _ in range(args.updates_per_iteration if stored >= args.batch_size else 0):
             b = buffer.sample_episodes(args.batch_size, sample_gen, device)
             b = {k: v.transpose(0, 1) for k, v in b.items()}  # time first: (T, B, N, ...)
@@ -301,20 +300,20 @@ def main(args: Args) -> dict:
             lengths = step_mask.sum(0).long()  # (B,)
             T, B = step_mask.shape
             ended = step_mask * (1.0 - torch.cat([step_mask[1:], torch.zeros_like(step_mask[:1])]))  # last real step
-            terminated = ended * b["dones"].amax(-1)  # (T, B): the episode ended by the task, not the clock
+            terminated = ended * b["terminated"].amax(-1)  # (T, B): the episode ended by the task, not the clock
             team_reward = teams.team_rewards(b["rewards"])  # (T, B, K), R_pz3 units for mpe2
             if args.standardise_rewards:
                 team_reward = team_reward / reward_norm.stats()[1].sqrt()  # one scale per team
             # Inputs for steps 0..T: the observed history plus each episode's final observation.
-            obs_all = with_final_step(b["states"], b["next_states"], lengths)  # (T+1, B, N, obs_dim)
-            state_all = with_final_step(b["global_states"][:, :, 0], b["next_global_states"][:, :, 0], lengths)
+            obs_all = with_final_step(b["obs"], b["next_obs"], lengths)  # (T+1, B, N, obs_dim)
+            state_all = with_final_step(b["global_states"], b["next_global_states"], lengths)
             mask_all = (with_final_step(b["action_masks"], b["next_action_masks"], lengths).bool()
                         if "action_masks" in b else None)  # (T+1, B, N, A)
             # Agents that left early (MAgent2 deaths) are out of the sum, as in algos/qmix.py: a dead agent's
             # utility on its zero observation says nothing, and its action was never played. alive_all[t + 1]:
             # who is present in s_{t+1} (at an episode's end, whoever acted last and did not terminate).
             alive = b["alive"] if "alive" in b else torch.ones_like(b["rewards"])  # (T, B, N); older replays lack it
-            alive_all = with_final_step(alive, alive * (1.0 - b["dones"]), lengths)  # (T+1, B, N)
+            alive_all = with_final_step(alive, alive * (1.0 - b["terminated"]), lengths)  # (T+1, B, N)
             actions = b["actions"].long()  # (T, B, N)
             last_all = torch.cat([torch.zeros(1, B, N, A, device=device), F.one_hot(actions, A).float()])
 

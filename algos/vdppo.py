@@ -42,7 +42,7 @@ class Args(GroupArgs, RunArgs):
     """scenario arguments as KEY=VALUE, e.g. N=5 max_cycles=50 continuous_actions=true"""
     num_envs: int = 256
     """E, env copies stepped together in the rollout (256 x 25 steps, 3 epochs x 8 minibatches: MAPPO's defaults,
-    BENCHMARKS.md)"""
+    docs/benchmarks-history.md)"""
 
     # --- algorithm
     num_steps: int = 25
@@ -226,7 +226,7 @@ def main(args: Args) -> dict:
     value_norm = (ValueNorm() if K == 1 else ValueNorm(groups=range(K))).to(device)
     params = list(actor.parameters()) + list(critic.parameters()) + list(mixer.parameters())
     optimizer = torch.optim.Adam(params, lr=args.learning_rate, eps=1e-5)
-    buffer = MultiAgentRolloutBuffer(N, capacity=1)
+    buffer = MultiAgentRolloutBuffer(N)  # this iteration's rollout: batched, never replayed
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
     global_step, start_iteration = 0, 1
@@ -262,9 +262,9 @@ def main(args: Args) -> dict:
         buffer.reset_current_episode()
         for step in range(T):
             global_step += E
-            # The buffer keeps every entry per agent: team quantities (state, V_tot) are stored
-            # once per agent (its team's), and read back at one agent of each team ([..., firsts]).
-            extras = {"episode_starts": starts, "global_states": state[:, None].expand(E, N, state.shape[-1])}
+            # The global state is a team entry (once per env copy); V_tot, one per team, is stored per
+            # agent (its team's) and read back at one agent of each team ([..., firsts]).
+            extras = {"episode_starts": starts}
             if actor_state is not None:  # states *before* this step, to restart training sequences
                 extras["prev_hidden_states"], extras["prev_critic_hidden_states"] = actor_state[0], critic_state[0]
                 if args.recurrent == "lstm":
@@ -289,12 +289,12 @@ def main(args: Args) -> dict:
                                                       torch.zeros_like(starts)[None])  # (1, E, K)
             ended = torch.as_tensor(result.done, device=device).float()[:, None].expand(E, N)  # (E, N)
             buffer.add_transition(
-                states=obs, actions=action[0], log_probs=logprob[0], state_values=value[0][:, team_of],
-                rewards=torch.as_tensor(result.reward, device=device), next_states=final_obs,
-                dones=torch.as_tensor(result.terminated, device=device).float(),
+                obs=obs, actions=action[0], log_probs=logprob[0], values=value[0][:, team_of],
+                rewards=torch.as_tensor(result.reward, device=device), next_obs=final_obs,
+                terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
-                final_values=final_value[0][:, team_of], **extras)
+                final_values=final_value[0][:, team_of], team={"global_states": state}, **extras)
             obs, state = next_obs, torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             starts = ended
@@ -308,12 +308,11 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 6. POSTPROCESS
         t_update = time.time()
-        buffer.end_episode()
         b = buffer.batch(device)  # every tensor (T, E, N, ...)
         with torch.no_grad():
             # V_tot(s_{t+1}) is the next step's value while the episode goes on, and the value of
             # the final observation where it ended (the next step's value belongs to a new episode).
-            values = b["state_values"][..., firsts]  # (T, E, K) V_tot as predicted in the rollout
+            values = b["values"][..., firsts]  # (T, E, K) V_tot as predicted in the rollout
             next_values = torch.cat([values[1:], last_value], dim=0)  # (T, E, K)
             next_values = torch.where(b["episode_ends"][..., :1].bool(), b["final_values"][..., firsts], next_values)
             values = value_norm.denormalize(values) if args.value_norm else values
@@ -353,9 +352,9 @@ def main(args: Args) -> dict:
                         (init_states["prev_cell_states"][mb],) if args.recurrent == "lstm" else ())
                     c_state = (init_states["prev_critic_hidden_states"][mb],) + (
                         (init_states["prev_critic_cell_states"][mb],) if args.recurrent == "lstm" else ())
-                dist, _ = actor(d["states"], a_state, d["episode_starts"], d.get("action_masks"))
+                dist, _ = actor(d["obs"], a_state, d["episode_starts"], d.get("action_masks"))
                 new_logprob, entropy = dist.log_prob(d["actions"]), dist.entropy()  # (L, B, N)
-                new_value, _ = mixed_team_value(critic, mixer, d["states"], d["global_states"][..., 0, :], c_state,
+                new_value, _ = mixed_team_value(critic, mixer, d["obs"], d["global_states"], c_state,
                                                 d["episode_starts"])  # (L, B, K)
                 logratio = new_logprob - d["log_probs"]
                 ratio = logratio.exp()
@@ -372,7 +371,7 @@ def main(args: Args) -> dict:
                 team_alive_mb = d["team_alive"]
                 v_loss_unclipped = (new_value - d["targets"]) ** 2
                 if args.clip_vloss:
-                    old_value = d["state_values"][..., firsts]  # (L, B, K)
+                    old_value = d["values"][..., firsts]  # (L, B, K)
                     v_clipped = old_value + (new_value - old_value).clamp(-args.clip_coef, args.clip_coef)
                     v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - d["targets"]) ** 2),
                                                team_alive_mb)

@@ -104,7 +104,7 @@ def check(path: str, states: int, copies: int, t0: int, agent: int, seed: int) -
     d_mc = mc_mean - mc_mean.mean(-1, keepdim=True)
     d_critic = q_critic - q_critic.mean(-1, keepdim=True)
     return {"run": path, "env": args.env, "global_step": step, "epsilon": epsilon, "agent": agent, "t0": t0,
-            "states": states, "copies": copies,
+            "obs": states, "copies": copies,
             "correlation": float((d_mc * d_critic).sum() / (d_mc.norm() * d_critic.norm() + 1e-12)),
             "same_best_action": float((mc_mean.argmax(-1) == q_critic.argmax(-1)).float().mean()),
             "chance": 1.0 / A,

@@ -1,26 +1,31 @@
 """MultiAgentRolloutBuffer: stores multi-agent transitions per agent and batches them.
 
-The interface follows the design note `seeds/rollout_buffer.md`: the buffer is built with
-the number of agents; `current_episode` keeps, for every key, a list per agent with one
-entry per step, so a trajectory can be traced back to one agent; `end_episode` computes the
-per-agent and average episode length and reward and appends the episode to `episodes`;
-`extras` holds controller state (for example `prev_hidden_states`, `prev_cell_states`).
+The interface follows the design note `seeds/rollout_buffer.md`: the buffer is built with the
+number of agents; `current_episode` keeps, for every key, a list per agent with one entry per
+step, so a trajectory can be traced back to one agent; `end_episode` closes it and appends it to
+`episodes`; `extras` holds controller and env state with the same per-agent layout (for example
+`prev_hidden_states`, `alive`, `action_masks`).
+
+Where the names differ from the note's, they say what the entries hold:
+    obs, next_obs       the note's states, next_states: each agent's own observation
+    values              the note's state_values: the critic's value of the step
+    terminated          the note's dones: the task ended the episode (no bootstrap); `truncated`
+                        marks time limits (bootstrap from the final observation, whose value the
+                        files that need it store as the extra `final_values`)
+    team                entries of the whole team, one per env copy (global state, team reward):
+                        stored once, not copied for every agent
+The note's episode statistics (per-agent length and reward) are not kept: the buffer often holds
+a T-step rollout that cuts episodes, and the returns and lengths the console and TensorBoard show
+are counted over whole episodes by `common.run_utils.RunRecorder` from the env's episode ends.
 
 With E env copies stepped together, one entry is a step of all copies: the element at
-`current_episode["rewards"][n][t]` is a tensor of shape (E,), `["states"][n][t]` is
-(E, obs_dim). A "rollout" of T steps may cross episode boundaries; `dones` and `truncated`
-say where episodes end. `dones` marks termination only (no bootstrap); `truncated` marks
-time limits (bootstrap from `next_state_values`). The buffer does no RL maths.
+`current_episode["rewards"][n][t]` is a tensor of shape (E,), `["obs"][n][t]` is (E, obs_dim),
+`["team"]["global_states"][t]` is (E, state_dim). A rollout of T steps may cross episode
+boundaries; `terminated` and `truncated` say where episodes end. The buffer does no RL maths.
 
-`batch()` turns the stored steps into whole `(T, E, N, ...)` tensors on the training
-device, for on-policy updates; `sample_episodes()` pads stored episodes for replay.
-
-For replay, every completed episode is also written once (at the first `sample_episodes` call
-after it ended) into a preallocated, zero-padded store, one `(slots, E, T_cap, N, ...)` tensor
-per key, and its per-step lists become views of that store (no second copy). Drawing a batch
-is then one `index_select` per key instead of a Python loop that slices and pads every drawn
-sequence: the same tensors, about 4x cheaper for 32 simple_spread sequences. On-policy users,
-which never sample, never build the store.
+`batch()` turns the stored steps into whole `(T, E, N, ...)` tensors (team entries `(T, E, ...)`) on
+the training device, for on-policy updates; `sample_episodes()` draws stored episodes for replay,
+through the padded store of `buffers/replay_store.py`.
 """
 from collections import deque
 from collections.abc import Sequence
@@ -28,18 +33,37 @@ from typing import Dict, List, Optional
 
 import torch
 
-CORE_KEYS = ("states", "state_values", "actions", "log_probs", "rewards", "next_states",
-             "next_state_values", "dones", "truncated")
+from buffers.replay_store import PaddedEpisodeStore
+
+CORE_KEYS = ("obs", "values", "actions", "log_probs", "rewards", "next_obs", "terminated", "truncated")
+RENAMED = {"states": "obs", "next_states": "next_obs", "state_values": "values", "dones": "terminated"}  # the note's
 
 
-class PerAgentSteps(Sequence):
+class Steps(Sequence):
+    """One key's steps, `x[t]`: a list of per-step tensors. Storing a step is one list append and
+    batching one `torch.stack`."""
+
+    def __init__(self):
+        self.steps: List[torch.Tensor] = []
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, t):
+        return self.steps[t]
+
+    def stack(self) -> torch.Tensor:
+        return torch.stack(self.steps)  # (T, E, ...)
+
+
+class PerAgentSteps(Steps):
     """The design note's per-agent nested list, read as `x[n][t]` (outer length N, inner T),
-    kept underneath as one (E, N, ...) tensor per step: storing a step is one list append and
-    batching one `torch.stack`, whatever the number of agents. `x[n][t]` is a view, not a copy."""
+    kept underneath as one (E, N, ...) tensor per step, whatever the number of agents. `x[n][t]`
+    is a view, not a copy; `stack()` gives (T, E, N, ...)."""
 
     def __init__(self, n_agents: int):
+        super().__init__()
         self.n_agents = n_agents
-        self.steps: List[torch.Tensor] = []  # T tensors of shape (E, N, ...)
 
     def __len__(self) -> int:
         return self.n_agents
@@ -50,9 +74,6 @@ class PerAgentSteps(Sequence):
         if not -self.n_agents <= n < self.n_agents:
             raise IndexError(f"agent index {n} out of range for {self.n_agents} agents")
         return _AgentSteps(self.steps, n % self.n_agents)
-
-    def stack(self) -> torch.Tensor:
-        return torch.stack(self.steps)  # (T, E, N, ...)
 
 
 class _AgentSteps(Sequence):
@@ -86,187 +107,122 @@ class MultiAgentRolloutBuffer:
         """Forget everything and start over with `n_agents` agents."""
         self.n_agents = n_agents
         self.episodes: deque = deque(maxlen=self.capacity)
-        self._store: Dict[str, torch.Tensor] = {}  # key -> (slots, E, T_cap, N, ...), zero past each length
-        self._lengths = torch.zeros(0, dtype=torch.long)  # (slots,) steps stored in each slot
-        self._free: List[int] = []  # slots whose episode was dropped
-        self._next_slot = 0  # slots ever handed out
-        self._unfit = 0  # stored episodes that did not fit the store
-        self._pending = 0  # newest episodes not yet written to the store (on-policy users never sample)
+        self.store = PaddedEpisodeStore(self.capacity)
+        self.unfit = 0  # stored episodes that have no slot in the store
+        self.pending = 0  # newest episodes not yet written to the store (on-policy users never sample)
         self.reset_current_episode()
 
     def reset_current_episode(self) -> None:
-        N = self.n_agents
-        self.current_episode: Dict = {key: PerAgentSteps(N) for key in CORE_KEYS}
-        self.current_episode.update(episode_length=[], episode_reward=[], average_episode_length=0.0,
-                                    average_episode_reward=0.0, extras={})
+        """Drop the steps of the current episode and start an empty one."""
+        self.current_episode = self._new_episode()
+
+    def _new_episode(self) -> Dict:
+        episode: Dict = {key: PerAgentSteps(self.n_agents) for key in CORE_KEYS}
+        episode.update(extras={}, team={})
+        return episode
 
     def __len__(self) -> int:
         """Steps stored in the current episode."""
-        return len(self.current_episode["rewards"][0])
+        return len(self.current_episode["rewards"].steps)
 
-    def add_transition(self, states, actions, rewards, next_states, dones, log_probs=None,
-                       state_values=None, next_state_values=None, truncated=None, **extras) -> None:
-        """Store one step. Every argument has the agent axis second: (E, N, ...).
+    @property
+    def stored_sequences(self) -> int:
+        """(episode, env copy) sequences held in `episodes`: what `sample_episodes` draws from."""
+        return sum(episode["rewards"].steps[0].shape[0] for episode in self.episodes if episode["rewards"].steps)
 
-        `extras` are controller or environment extras with the same layout, e.g.
-        prev_hidden_states=(E, N, H), alive=(E, N), action_masks=(E, N, A), global_states=(E, N, S).
+    def add_transition(self, obs, actions, rewards, next_obs, terminated, log_probs=None, values=None,
+                       truncated=None, team=None, **extras) -> None:
+        """Store one step. Every argument has the agent axis second: (E, N, ...); `team` maps names
+        to entries of the whole team, (E, ...), e.g. global_states=(E, S).
+
+        `extras` are controller or environment extras with the per-agent layout, e.g.
+        prev_hidden_states=(E, N, H), alive=(E, N), action_masks=(E, N, A).
         """
-        given = dict(states=states, actions=actions, rewards=rewards, next_states=next_states,
-                     dones=dones, log_probs=log_probs, state_values=state_values,
-                     next_state_values=next_state_values, truncated=truncated)
-        ep = self.current_episode
+        given = dict(obs=obs, actions=actions, rewards=rewards, next_obs=next_obs, terminated=terminated,
+                     log_probs=log_probs, values=values, truncated=truncated)
+        episode = self.current_episode
         steps_before = len(self)
         for key, value in given.items():
-            if value is None:
-                continue
-            self._append(ep[key], value, key)
-        for key, value in extras.items():
-            if key not in ep["extras"]:
-                if steps_before > 0:
-                    raise ValueError(f"extra {key!r} appeared in the middle of an episode")
-                ep["extras"][key] = PerAgentSteps(self.n_agents)
-            self._append(ep["extras"][key], value, key)
+            if value is not None:
+                self._append(episode[key], value, key)
+        for group, entries, make in (("extras", extras, lambda: PerAgentSteps(self.n_agents)),
+                                     ("team", team or {}, Steps)):
+            for key, value in entries.items():
+                if key not in episode[group]:
+                    if steps_before > 0:
+                        raise ValueError(f"{group} entry {key!r} appeared in the middle of an episode")
+                    episode[group][key] = make()
+                self._append(episode[group][key], value, key)
 
-    def _append(self, per_agent: PerAgentSteps, value: torch.Tensor, key: str) -> None:
-        if value.dim() < 2 or value.shape[1] != self.n_agents:
-            raise ValueError(f"{key} has shape {tuple(value.shape)}; expected (E, N={self.n_agents}, ...)")
-        per_agent.steps.append(value)
+    def _append(self, steps: Steps, value: torch.Tensor, key: str) -> None:
+        if isinstance(steps, PerAgentSteps) and (value.dim() < 2 or value.shape[1] != self.n_agents):
+            raise ValueError(f"{key} has shape {tuple(value.shape)}; expected (E, N={self.n_agents}, ...) "
+                             "(an entry of the whole team, without the agent axis, goes in team=)")
+        steps.steps.append(value)
+
+    def entries(self, episode: Dict) -> Dict[str, Steps]:
+        """Every stored key of an episode: the core keys given, its extras and its team entries."""
+        found = {k: episode[k] for k in CORE_KEYS if episode[k].steps}
+        for group in ("extras", "team"):
+            for key, steps in episode[group].items():
+                if key in found:
+                    raise ValueError(f"{group} entry {key!r} has the name of another entry")
+                found[key] = steps
+        return found
 
     def end_episode(self) -> Dict:
-        """Close the current episode: compute its statistics and append it to `episodes`.
-
-        Per agent: the length (steps the agent was alive, if an `alive` extra is stored, else
-        steps stored) and the reward summed over steps, both averaged over env copies.
-        """
-        ep = self.current_episode
-        rewards = self._stack(ep["rewards"])  # (T, E, N)
-        if "alive" in ep["extras"]:
-            lengths = self._stack(ep["extras"]["alive"]).float().sum(0).mean(0)  # (N,)
-        else:
-            lengths = torch.full((self.n_agents,), float(rewards.shape[0]))
-        ep["episode_length"] = lengths.tolist()
-        ep["episode_reward"] = rewards.float().sum(0).mean(0).tolist()
-        ep["average_episode_length"] = float(lengths.mean())
-        ep["average_episode_reward"] = float(sum(ep["episode_reward"]) / self.n_agents)
-        self._append_episode(ep)
-        return ep
-
-    def _append_episode(self, ep: Dict) -> None:
-        """Append a completed episode, dropping the oldest at capacity (and freeing its store slot)."""
+        """Close the current episode: append it to `episodes` (dropping the oldest at capacity) and
+        start an empty one, so later writes cannot change the episode handed back."""
+        episode = self.current_episode
         if self.capacity is not None and len(self.episodes) == self.capacity:  # the deque drops the oldest
-            if "_slot" in self.episodes[0]:
-                self._free.append(self.episodes[0]["_slot"])
-            self._unfit -= bool(self.episodes[0].get("_unfit"))
-        self.episodes.append(ep)
-        self._pending = min(self._pending + 1, len(self.episodes))
+            self._forget(self.episodes[0])
+        self.episodes.append(episode)
+        self.pending = min(self.pending + 1, len(self.episodes))
+        self.reset_current_episode()
+        return episode
 
-    def _flush_pending(self) -> None:
-        """Write the newest, not yet stored episodes into the store (done when replay first needs them)."""
-        for i in range(len(self.episodes) - self._pending, len(self.episodes)):
-            ep = self.episodes[i]
-            self._store_episode(ep)
-            if "_slot" not in ep:
-                ep["_unfit"] = True
-                self._unfit += 1
-        self._pending = 0
-
-    def _store_episode(self, ep: Dict) -> None:
-        """Write ep's (T, E, N, ...) tensors into a free slot of the padded store and make its per-step
-        lists views of that slot. An episode whose keys, E, dtypes or device differ from the store's
-        gets no slot; batches that draw it take the slow path."""
-        stacked = self._stacked(ep)
-        T, E = next(iter(stacked.values())).shape[:2]
-        if not self._store:
-            self._store = {k: v.new_zeros((0, E, T) + v.shape[2:]) for k, v in stacked.items()}
-        fits = stacked.keys() == self._store.keys() and all(
-            v.shape[1] == E and v.shape[2:] == self._store[k].shape[3:] and v.dtype == self._store[k].dtype
-            and v.device == self._store[k].device for k, v in stacked.items())
-        first = next(iter(self._store.values()))
-        if not fits or first.shape[1] != E:
-            return
-        if self._free:
-            slot = self._free.pop()
-        else:
-            slot, self._next_slot = self._next_slot, self._next_slot + 1
-        S, T_cap = first.shape[0], first.shape[2]
-        if slot >= S or T > T_cap:  # grow: twice the slots (up to capacity) or the longer episode
-            S_new = S if slot < S else max(slot + 1, min(2 * S, self.capacity or 2 * S))
-            T_new = max(T, T_cap)
-            for k, v in self._store.items():
-                grown = v.new_zeros((S_new, E, T_new) + v.shape[3:])
-                grown[:S, :, :T_cap] = v
-                self._store[k] = grown
-            self._lengths = torch.cat([self._lengths, torch.zeros(S_new - S, dtype=torch.long)])
-        for k, v in stacked.items():
-            region = self._store[k][slot]  # (E, T_cap, N, ...)
-            region[:, :T] = v.transpose(0, 1)
-            region[:, T:] = 0  # a reused slot may hold a longer episode's steps
-            view = region[:, :T].transpose(0, 1)  # (T, E, N, ...) view of the store
-            ep["_stacked"][k] = view
-            source = ep[k] if k in CORE_KEYS else ep["extras"][k]
-            source.steps = list(view.unbind(0))
-        self._lengths[slot] = T
-        ep["_slot"] = slot
-
-    @staticmethod
-    def _stack(per_agent: PerAgentSteps) -> torch.Tensor:
-        """x[n][t] -> (T, E, N, ...)."""
-        return per_agent.stack()
+    def _forget(self, episode: Dict) -> None:
+        if "_slot" in episode:
+            self.store.release(episode["_slot"])
+        self.unfit -= bool(episode.get("_unfit"))
 
     def batch(self, device: Optional[torch.device] = None, keys=None) -> Dict[str, torch.Tensor]:
-        """The current episode as (T, E, N, ...) tensors on `device`; extras included by name."""
-        ep = self.current_episode
+        """The current episode as (T, E, N, ...) tensors on `device` (team entries (T, E, ...));
+        every key stored, or those named in `keys`."""
         T = len(self)
-        for key, source in list(ep["extras"].items()) + [(k, ep[k]) for k in CORE_KEYS]:
-            if source[0] and len(source[0]) != T:
-                raise ValueError(f"{key!r} holds {len(source[0])} steps but rewards hold {T}: "
-                                 "every step must give the same keys")
         out = {}
-        for key in (keys or CORE_KEYS):
-            source = ep[key] if key in CORE_KEYS else ep["extras"].get(key)
-            if source is None or not source[0]:
-                continue
-            out[key] = self._stack(source).to(device, non_blocking=True)
-        if keys is None:
-            for key, source in ep["extras"].items():
-                out[key] = self._stack(source).to(device, non_blocking=True)
+        for key, steps in self.entries(self.current_episode).items():
+            if len(steps.steps) != T:
+                raise ValueError(f"{key!r} holds {len(steps.steps)} steps but rewards hold {T}: "
+                                 "every step must give the same keys")
+            if keys is None or key in keys:
+                out[key] = steps.stack().to(device, non_blocking=True)
         return out
 
     def sample_episodes(self, batch_size: int, generator: Optional[torch.Generator] = None,
                         device: Optional[torch.device] = None, keys=None) -> Dict[str, torch.Tensor]:
         """Draw `batch_size` stored (episode, env copy) sequences, padded to the longest.
 
-        Returns (B, T_max, N, ...) tensors plus `filled` (B, T_max), 1 where a step is real.
-        Each stored episode contributes its E env copies as separate sequences, gathered from the
-        padded store (episodes that have no slot there are stacked and padded one by one).
+        Returns (B, T_max, N, ...) tensors (team entries (B, T_max, ...)) plus `filled` (B, T_max), 1
+        where a step is real. Each stored episode contributes its E env copies as separate sequences,
+        gathered from the padded store (episodes that have no slot there are stacked and padded one by one).
         """
         if not self.episodes:
             raise ValueError("no completed episodes stored; call end_episode() first")
         self._flush_pending()
-        if self._store and self._unfit == 0:  # every stored episode has the store's E copies
-            E = next(iter(self._store.values())).shape[1]
+        if self.store.tensors and self.unfit == 0:  # every stored episode has the store's E copies
+            E = self.store.copies
             picks = torch.randint(len(self.episodes) * E, (batch_size,), generator=generator)
             episode_idx, copy_idx = (picks // E).tolist(), (picks % E).tolist()
         else:
-            copies = [ep["rewards"].steps[0].shape[0] for ep in self.episodes]  # E of each stored episode
+            copies = [episode["rewards"].steps[0].shape[0] for episode in self.episodes]  # E of each
             offsets = torch.tensor([0] + copies).cumsum(0)
             picks = torch.randint(int(offsets[-1]), (batch_size,), generator=generator)
             episode_idx = torch.searchsorted(offsets[1:], picks, right=True).tolist()
             copy_idx = (picks - offsets[episode_idx]).tolist()
         slots = [self.episodes[i].get("_slot") for i in episode_idx]
-        if self._store and None not in slots:  # fast path: gather from the padded store
-            E = next(iter(self._store.values())).shape[1]
-            slots_t = torch.as_tensor(slots)
-            lengths = self._lengths[slots_t]  # (B,)
-            T_max = int(lengths.max())
-            rows = slots_t * E + torch.as_tensor(copy_idx)  # (B,) row of (slot, copy) in the flat store
-            batch = {}
-            for key, full in self._store.items():
-                if keys is None or key in keys:
-                    flat = full.flatten(0, 1)[:, :T_max]  # (slots * E, T_max, N, ...)
-                    batch[key] = flat.index_select(0, rows.to(flat.device)).to(device)  # (B, T_max, N, ...)
-            batch["filled"] = (torch.arange(T_max) < lengths[:, None]).float().to(device)  # (B, T_max)
-            return batch
+        if self.store.tensors and None not in slots:  # fast path: gather from the padded store
+            return self.store.gather(slots, copy_idx, keys, device)
         stacked = [self._stacked(self.episodes[i], keys) for i in episode_idx]
         T_max = max(next(iter(st.values())).shape[0] for st in stacked)
         out: Dict[str, List[torch.Tensor]] = {}
@@ -283,41 +239,56 @@ class MultiAgentRolloutBuffer:
         batch["filled"] = filled.to(device)
         return batch
 
-    def _stacked(self, ep: Dict, keys=None) -> Dict[str, torch.Tensor]:
-        """An episode's keys as (T, E, N, ...) tensors. The per-step lists are replaced by views
-        of the stacked tensor, so the cache costs no extra memory and `x[n][t]` still works."""
-        cache = ep.setdefault("_stacked", {})
-        sources = {k: ep[k] for k in CORE_KEYS if ep[k].steps}
-        sources.update(ep["extras"])
-        for key, per_agent in sources.items():
+    def _flush_pending(self) -> None:
+        """Write the newest, not yet stored episodes into the store (done when replay first needs them)."""
+        for i in range(len(self.episodes) - self.pending, len(self.episodes)):
+            episode = self.episodes[i]
+            stacked = self._stacked(episode)
+            slot = self.store.put(stacked)  # stacked's tensors become views of the slot
+            if slot is None:
+                episode["_unfit"] = True
+                self.unfit += 1
+                continue
+            episode["_slot"] = slot
+            episode["_stacked"].update(stacked)
+            for key, steps in self.entries(episode).items():
+                steps.steps = list(stacked[key].unbind(0))
+        self.pending = 0
+
+    def _stacked(self, episode: Dict, keys=None) -> Dict[str, torch.Tensor]:
+        """An episode's keys as (T, E, ...) tensors. The per-step lists are replaced by views of the
+        stacked tensor, so the cache costs no extra memory and `x[n][t]` still works."""
+        cache = episode.setdefault("_stacked", {})
+        for key, steps in self.entries(episode).items():
             if key not in cache and (keys is None or key in keys):
-                cache[key] = per_agent.stack()
-                per_agent.steps = list(cache[key].unbind(0))
+                cache[key] = steps.stack()
+                steps.steps = list(cache[key].unbind(0))
         return {k: v for k, v in cache.items() if keys is None or k in keys}
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self) -> Dict:
-        """Completed episodes as plain tensors and numbers (loadable with weights_only=True)."""
-        stats = ("episode_length", "episode_reward", "average_episode_length", "average_episode_reward")
+        """Completed episodes as plain tensors (loadable with weights_only=True)."""
         episodes = []
-        for ep in self.episodes:
-            st = self._stacked(ep)
-            # clone(): the cached tensors are views of the padded store, and saving a view saves its whole storage
-            episodes.append({"core": {k: v.clone() for k, v in st.items() if k in CORE_KEYS},
-                             "extras": {k: v.clone() for k, v in st.items() if k not in CORE_KEYS},
-                             **{k: ep[k] for k in stats}})
+        for episode in self.episodes:
+            st = self._stacked(episode)
+            # clone(): the cached tensors may be views of the padded store, and saving a view saves its whole storage
+            episodes.append({group: {k: st[k].clone() for k in names}
+                             for group, names in (("core", [k for k in CORE_KEYS if episode[k].steps]),
+                                                  ("extras", episode["extras"]), ("team", episode["team"]))})
         return {"n_agents": self.n_agents, "capacity": self.capacity, "episodes": episodes}
 
     def load_state_dict(self, state: Dict) -> None:
-        """Restore what `state_dict()` saved (the current episode starts empty)."""
+        """Restore what `state_dict()` saved (the current episode starts empty). Checkpoints written
+        before the keys were renamed (the note's `states`, `dones`, ...) load under the new names."""
         self.capacity = state["capacity"]
         self.reset(state["n_agents"])
         for saved in state["episodes"]:
-            ep: Dict = {key: PerAgentSteps(self.n_agents) for key in CORE_KEYS}
-            ep.update({k: v for k, v in saved.items() if k not in ("core", "extras")}, extras={})
+            episode = self._new_episode()
             for key, full in saved["core"].items():
-                ep[key].steps = list(full.unbind(0))
-            for key, full in saved["extras"].items():
-                ep["extras"][key] = PerAgentSteps(self.n_agents)
-                ep["extras"][key].steps = list(full.unbind(0))
-            self._append_episode(ep)
+                episode[RENAMED.get(key, key)].steps = list(full.unbind(0))
+            for group in ("extras", "team"):
+                for key, full in saved.get(group, {}).items():
+                    episode[group][key] = PerAgentSteps(self.n_agents) if group == "extras" else Steps()
+                    episode[group][key].steps = list(full.unbind(0))
+            self.current_episode = episode
+            self.end_episode()

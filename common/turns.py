@@ -51,7 +51,7 @@ def check_turns(env, algo: str, env_name: str, turn_based: Optional[bool] = None
 def turn_gae(b: Dict[str, torch.Tensor], values: torch.Tensor, next_values: torch.Tensor, acting_next: torch.Tensor,
              gamma: float, lam: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """GAE over each agent's own moves. All tensors (T, E, N); from the rollout `b`: "rewards",
-    "dones" (terminated), "truncated", "acting" (the agent moved in step t), "alive".
+    "terminated" (terminated), "truncated", "acting" (the agent moved in step t), "alive".
 
     values[t]: V of step t's input. next_values[t]: V of the true next input where an episode
     ended at step t (what a truncation bootstraps from), and at t = T - 1 the value after the
@@ -66,7 +66,7 @@ def turn_gae(b: Dict[str, torch.Tensor], values: torch.Tensor, next_values: torc
     agent's earlier moves bootstrap from its value without a lambda tail.
     Returns (advantages, returns, moves): moves is 1 on the moves to learn from (times alive).
     """
-    rewards, terminated, truncated, acting = b["rewards"], b["dones"], b["truncated"], b["acting"].bool()
+    rewards, terminated, truncated, acting = b["rewards"], b["terminated"], b["truncated"], b["acting"].bool()
     advantages, moves = torch.zeros_like(rewards), torch.zeros_like(rewards)
     tail = torch.zeros_like(rewards[0])  # the lambda-return tail from the agent's next move
     credit = torch.zeros_like(rewards[0])  # rewards received since the step considered, until the next move

@@ -180,7 +180,7 @@ def test_next_values_are_the_values_of_the_true_next_states(tiny, monkeypatch, a
         return captured["batch"]
 
     def gae_and_check(rewards, values, next_values, terminated, truncated, gamma, lam):
-        next_states = captured["batch"]["next_states"]  # (T, E, N, obs_dim), final obs where episodes ended
+        next_states = captured["batch"]["next_obs"]  # (T, E, N, obs_dim), final obs where episodes ended
         T, E, N, _ = next_states.shape
         if algo is ippo:
             inputs = next_states

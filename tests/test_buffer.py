@@ -24,9 +24,9 @@ def fill(buffer, steps=T, alive=None, offset=0.0):
         if alive is not None:
             extras["alive"] = alive[t]
         buffer.add_transition(
-            states=code(t, (OBS,)) + offset, actions=code(t), rewards=code(t) + offset, next_states=code(t + 1, (OBS,)),
-            dones=code(t) * 0, log_probs=code(t) - 0.25, state_values=code(t) + 0.75,
-            next_state_values=code(t + 1) + 0.75, truncated=code(t) * 0, **extras)
+            obs=code(t, (OBS,)) + offset, actions=code(t), rewards=code(t) + offset, next_obs=code(t + 1, (OBS,)),
+            terminated=code(t) * 0, log_probs=code(t) - 0.25, values=code(t) + 0.75, truncated=code(t) * 0,
+            team=dict(global_states=code(t, (OBS,))[:, 0] + 0.25), final_values=code(t + 1) + 0.75, **extras)
 
 
 def test_batch_round_trip_keeps_t_e_n_aligned():
@@ -34,23 +34,25 @@ def test_batch_round_trip_keeps_t_e_n_aligned():
     fill(buffer)
     assert len(buffer) == T
     b = buffer.batch()
-    assert set(CORE_KEYS) | {"prev_hidden_states"} == set(b)
-    assert b["states"].shape == (T, E, N, OBS)
+    assert set(CORE_KEYS) | {"prev_hidden_states", "final_values", "global_states"} == set(b)
+    assert b["obs"].shape == (T, E, N, OBS)
     assert b["prev_hidden_states"].shape == (T, E, N, H)
-    for key in ("actions", "rewards", "log_probs", "state_values", "dones", "truncated", "next_state_values"):
+    assert b["global_states"].shape == (T, E, OBS)  # a team entry: stored once, no agent axis
+    for key in ("actions", "rewards", "log_probs", "values", "terminated", "truncated", "final_values"):
         assert b[key].shape == (T, E, N), key
     for t in range(T):
         for e in range(E):
             for n in range(N):
                 c = 100 * t + 10 * e + n
-                assert torch.all(b["states"][t, e, n] == c)
-                assert torch.all(b["next_states"][t, e, n] == c + 100)
+                assert torch.all(b["obs"][t, e, n] == c)
+                assert torch.all(b["next_obs"][t, e, n] == c + 100)
+                assert torch.all(b["global_states"][t, e] == 100 * t + 10 * e + 0.25)
                 assert torch.all(b["prev_hidden_states"][t, e, n] == c + 0.5)
                 assert b["actions"][t, e, n] == c
                 assert b["rewards"][t, e, n] == c
                 assert b["log_probs"][t, e, n] == c - 0.25
-                assert b["state_values"][t, e, n] == c + 0.75
-                assert b["next_state_values"][t, e, n] == c + 100.75
+                assert b["values"][t, e, n] == c + 0.75
+                assert b["final_values"][t, e, n] == c + 100.75
 
 
 def test_batch_selected_keys_and_device():
@@ -65,10 +67,10 @@ def test_batch_selected_keys_and_device():
 def test_optional_fields_left_out_are_absent_from_batch():
     buffer = MultiAgentRolloutBuffer(N)
     for t in range(2):
-        buffer.add_transition(states=code(t, (OBS,)), actions=code(t), rewards=code(t),
-                              next_states=code(t + 1, (OBS,)), dones=code(t) * 0)
+        buffer.add_transition(obs=code(t, (OBS,)), actions=code(t), rewards=code(t),
+                              next_obs=code(t + 1, (OBS,)), terminated=code(t) * 0)
     b = buffer.batch()
-    assert "log_probs" not in b and "state_values" not in b
+    assert "log_probs" not in b and "values" not in b
     assert b["rewards"].shape == (2, E, N)
 
 
@@ -81,33 +83,28 @@ def test_per_agent_nested_lists():
         assert len(ep["rewards"][n]) == T
         for t in range(T):
             assert ep["rewards"][n][t].shape == (E,)
-            assert ep["states"][n][t].shape == (E, OBS)
+            assert ep["obs"][n][t].shape == (E, OBS)
             assert ep["extras"]["prev_hidden_states"][n][t].shape == (E, H)
             assert torch.equal(ep["rewards"][n][t], 100 * t + 10 * torch.arange(E).float() + n)
+    assert len(ep["team"]["global_states"]) == T and ep["team"]["global_states"][1].shape == (E, OBS)
 
 
-def test_end_episode_statistics_without_alive():
+def test_end_episode_hands_over_an_episode_later_writes_cannot_change():
     buffer = MultiAgentRolloutBuffer(N)
     fill(buffer)
     ep = buffer.end_episode()
-    # agent n: sum_t mean_e (100 t + 10 e + n) = 100 * (0+1+2+3) + 10 * mean(0,1,2) * T + n * T
-    expected = [100 * sum(range(T)) + 10 * (E - 1) / 2 * T + n * T for n in range(N)]
-    assert ep["episode_reward"] == pytest.approx(expected)
-    assert ep["average_episode_reward"] == pytest.approx(sum(expected) / N)
-    assert ep["episode_length"] == [T] * N
-    assert ep["average_episode_length"] == T
-    assert buffer.episodes[-1] is ep
+    assert buffer.episodes[-1] is ep and len(buffer) == 0  # a new, empty current episode
+    fill(buffer, steps=2, offset=5000.0)  # written before anyone resets the current episode
+    assert len(ep["rewards"][0]) == T and ep["rewards"].stack().amax() < 5000
+    assert len(buffer) == 2
 
 
-def test_end_episode_length_counts_alive_steps():
-    alive = torch.ones(T, E, N)
-    alive[2:, 0, 1] = 0.0  # agent 1 dies after 2 steps in env 0
-    alive[3:, 2, 1] = 0.0  # and after 3 steps in env 2
+def test_episode_keys_of_one_name_are_refused():
     buffer = MultiAgentRolloutBuffer(N)
-    fill(buffer, alive=alive)
-    ep = buffer.end_episode()
-    assert ep["episode_length"] == pytest.approx([T, (2 + T + 3) / E])
-    assert ep["average_episode_length"] == pytest.approx((T + (2 + T + 3) / E) / 2)
+    x = torch.zeros(E, N)
+    buffer.add_transition(obs=x, actions=x, rewards=x, next_obs=x, terminated=x, alive=x, team=dict(alive=x[:, 0]))
+    with pytest.raises(ValueError, match="alive"):
+        buffer.batch()
 
 
 def test_reset_changes_agent_count_and_forgets():
@@ -120,8 +117,8 @@ def test_reset_changes_agent_count_and_forgets():
     with pytest.raises(ValueError, match="N=3"):
         fill(buffer)  # (E, 2, ...) data no longer fits
     x = torch.zeros(E, 3)
-    buffer.add_transition(states=torch.zeros(E, 3, OBS), actions=x, rewards=x + 1, next_states=torch.zeros(E, 3, OBS),
-                          dones=x)
+    buffer.add_transition(obs=torch.zeros(E, 3, OBS), actions=x, rewards=x + 1, next_obs=torch.zeros(E, 3, OBS),
+                          terminated=x)
     assert buffer.batch()["rewards"].shape == (1, E, 3)
 
 
@@ -147,7 +144,8 @@ def test_sample_episodes_pads_and_marks_filled():
     batch = buffer.sample_episodes(32, generator=g)
     T_max = max(lengths.values())
     assert batch["rewards"].shape == (32, T_max, N)
-    assert batch["states"].shape == (32, T_max, N, OBS)
+    assert batch["obs"].shape == (32, T_max, N, OBS)
+    assert batch["global_states"].shape == (32, T_max, OBS)
     assert batch["prev_hidden_states"].shape == (32, T_max, N, H)
     assert batch["filled"].shape == (32, T_max)
     seen = set()
@@ -176,8 +174,8 @@ def test_wrong_agent_axis_raises():
     buffer = MultiAgentRolloutBuffer(N)
     bad = torch.zeros(N, E)  # agents first: the wrong layout
     with pytest.raises(ValueError, match="expected"):
-        buffer.add_transition(states=torch.zeros(E, N, OBS), actions=bad, rewards=bad,
-                              next_states=torch.zeros(E, N, OBS), dones=bad)
+        buffer.add_transition(obs=torch.zeros(E, N, OBS), actions=bad, rewards=bad,
+                              next_obs=torch.zeros(E, N, OBS), terminated=bad)
 
 
 def test_extra_appearing_mid_episode_raises():
@@ -185,15 +183,15 @@ def test_extra_appearing_mid_episode_raises():
     fill(buffer, steps=1)
     x = torch.zeros(E, N)
     with pytest.raises(ValueError, match="alive"):
-        buffer.add_transition(states=torch.zeros(E, N, OBS), actions=x, rewards=x, next_states=torch.zeros(E, N, OBS),
-                              dones=x, prev_hidden_states=torch.zeros(E, N, H), alive=torch.ones(E, N))
+        buffer.add_transition(obs=torch.zeros(E, N, OBS), actions=x, rewards=x, next_obs=torch.zeros(E, N, OBS),
+                              terminated=x, prev_hidden_states=torch.zeros(E, N, H), alive=torch.ones(E, N))
 
 
 def test_batch_rejects_a_key_missing_from_some_steps():
     buf = MultiAgentRolloutBuffer(2)
     x = torch.zeros(3, 2)
-    buf.add_transition(states=x, actions=x, rewards=x, next_states=x, dones=x, alive=x)
-    buf.add_transition(states=x, actions=x, rewards=x, next_states=x, dones=x)  # alive left out
+    buf.add_transition(obs=x, actions=x, rewards=x, next_obs=x, terminated=x, alive=x)
+    buf.add_transition(obs=x, actions=x, rewards=x, next_obs=x, terminated=x)  # alive left out
     with pytest.raises(ValueError, match="alive"):
         buf.batch()
 
@@ -212,9 +210,9 @@ def test_sample_episodes_padded_store_matches_per_episode_padding(capacity):
             fast.sample_episodes(4)  # builds the store from the first three; later ones join at the next draw
     assert len(fast.episodes) == (capacity or 7)
     slow = MultiAgentRolloutBuffer(N, capacity=capacity)
-    slow._store_episode = lambda ep: None  # no episode gets a slot: sample_episodes pads episode by episode
     slow.load_state_dict(fast.state_dict())
-    for keys in (None, ("rewards", "states")):
+    slow.store.put = lambda stacked: None  # no episode gets a slot: sample_episodes pads episode by episode
+    for keys in (None, ("rewards", "obs", "global_states")):
         a = fast.sample_episodes(64, torch.Generator().manual_seed(3), keys=keys)
         b = slow.sample_episodes(64, torch.Generator().manual_seed(3), keys=keys)
         assert a.keys() == b.keys()
@@ -232,4 +230,29 @@ def test_on_policy_use_never_builds_the_replay_store():
         buffer.reset_current_episode()
         fill(buffer)
         buffer.end_episode()
-    assert not buffer._store and "_slot" not in buffer.episodes[-1]
+    assert not buffer.store.tensors and "_slot" not in buffer.episodes[-1]
+
+
+def test_stored_sequences_counts_every_env_copy_of_every_episode():
+    buffer = MultiAgentRolloutBuffer(N, capacity=2)
+    assert buffer.stored_sequences == 0
+    for _ in range(3):
+        fill(buffer, steps=2)
+        buffer.end_episode()
+    assert buffer.stored_sequences == 2 * E
+
+
+def test_a_replay_saved_under_the_notes_names_loads_under_the_new_ones():
+    """Checkpoints written before the keys were renamed (states, next_states, dones, state_values;
+    per-agent statistics) resume: their episodes load under obs, next_obs, terminated, values."""
+    x = torch.arange(T * E * N, dtype=torch.float32).view(T, E, N)
+    old = {"n_agents": N, "capacity": 4, "episodes": [{
+        "core": {"states": x[..., None].expand(T, E, N, OBS).clone(), "actions": x, "rewards": x + 1,
+                 "next_states": x[..., None].expand(T, E, N, OBS) + 1, "dones": x * 0},
+        "extras": {"alive": torch.ones(T, E, N)}, "episode_length": [T] * N, "episode_reward": [0.0] * N,
+        "average_episode_length": float(T), "average_episode_reward": 0.0}]}
+    buffer = MultiAgentRolloutBuffer(N)
+    buffer.load_state_dict(old)
+    batch = buffer.sample_episodes(8, torch.Generator().manual_seed(0))
+    assert {"obs", "next_obs", "terminated", "rewards", "alive", "filled"} <= set(batch)
+    assert batch["obs"].shape == (8, T, N, OBS) and torch.equal(batch["rewards"][..., 0] - 1, batch["obs"][..., 0, 0])

@@ -178,8 +178,8 @@ def test_gae_gets_the_mixers_team_value_and_reward(tmp_path, monkeypatch, algo, 
     def gae_and_check(rewards, values, next_values, terminated, truncated, gamma, lam):
         b = captured["batch"]
         with torch.no_grad():
-            agent_values, _ = captured["critic"](b["states"])  # (T, E, N), feed-forward critic
-            expected = captured["mixer"](agent_values, b["global_states"][..., 0, :])  # (T, E, 1): one team
+            agent_values, _ = captured["critic"](b["obs"])  # (T, E, N), feed-forward critic
+            expected = captured["mixer"](agent_values, b["global_states"])  # (T, E, 1): one team
         assert isinstance(captured["mixer"].mixers[0], QMixer if mixer == "qmix" else VDNMixer)
         torch.testing.assert_close(values, expected)
         torch.testing.assert_close(rewards, b["rewards"].sum(-1, keepdim=True))

@@ -261,9 +261,9 @@ def test_replay_keeps_actions_in_bounds_and_final_observations_of_truncated_epis
     summary = MODULES[algo].main(args)
     ckpt = torch.load(os.path.join(summary["run_dir"], "checkpoint.pt"), weights_only=True)
     episode = ckpt["replay"]["episodes"][-1]["core"]
-    dones, truncated = episode["dones"], episode["truncated"]  # (T, E, N)
+    dones, truncated = episode["terminated"], episode["truncated"]  # (T, E, N)
     assert dones.sum() == 0 and (truncated[-1] == 1).all() and truncated[:-1].sum() == 0
-    next_obs, obs = episode["next_states"], episode["states"]  # (T, E, N, obs_dim)
+    next_obs, obs = episode["next_obs"], episode["obs"]  # (T, E, N, obs_dim)
     assert torch.equal(next_obs[:-1], obs[1:])  # inside an episode, o_{t+1} is the next step's o
     listener_velocity = next_obs[-1, :, 1, :2]  # the listener's own velocity in its final observation
     assert (listener_velocity.abs().sum(-1) > 0).all()

@@ -222,11 +222,11 @@ def test_ipg_bootstrap_cut(small, monkeypatch, recurrent):
     monkeypatch.setattr(ipg, "build_networks", lambda *a: built.setdefault("nets", build(*a)))
     args = small(ipg, num_steps=3, total_timesteps=24, bootstrap_cut=True, recurrent=recurrent, learning_rate=0.0)
     check_summary(ipg.main(args), "ipg", args)
-    full = {k: torch.cat([b[k] for b in batches]) for k in ("states", "episode_starts", "actions", "log_probs")}
+    full = {k: torch.cat([b[k] for b in batches]) for k in ("obs", "episode_starts", "actions", "log_probs")}
     assert full["episode_starts"][:, 0, 0].tolist() == [1, 0, 0, 0, 0] * 2 + [1, 0]  # episodes of 5, rollouts of 3
     actor = built["nets"][0]
     with torch.no_grad():
-        dist, _ = actor(full["states"], actor.initial_state(2), full["episode_starts"])
+        dist, _ = actor(full["obs"], actor.initial_state(2), full["episode_starts"])
     torch.testing.assert_close(dist.log_prob(full["actions"]), full["log_probs"])
 
 

@@ -57,12 +57,12 @@ def tiny_actor(discrete=True, share_params=False, seed=0):
 def tiny_rollout(actor, team=False, seed=0, B=6):
     """A rollout of B steps of the tiny actor, laid out as the update sees it: (L=1, B, N, ...)."""
     g = torch.Generator().manual_seed(seed)
-    d = {"states": torch.randn(1, B, 2, 3, generator=g, dtype=torch.float64),
+    d = {"obs": torch.randn(1, B, 2, 3, generator=g, dtype=torch.float64),
          "episode_starts": torch.zeros(1, B, 2, dtype=torch.float64),
          "alive": torch.ones(1, B, 2, dtype=torch.float64)}
     d["alive"][0, 0, 1] = 0.0  # one dead agent step: it must not count
     with torch.no_grad():
-        dist, _ = actor(d["states"], None, d["episode_starts"])
+        dist, _ = actor(d["obs"], None, d["episode_starts"])
         d["actions"] = dist.sample()
         d["log_probs"] = dist.log_prob(d["actions"])
     shape = (1, B) if team else (1, B, 2)
@@ -136,7 +136,7 @@ def test_trpo_step_keeps_the_kl_within_the_limit_and_improves_the_surrogate(algo
         assert (kl <= max_kl).all(), (kl, max_kl)  # every agent's own trust region, or the shared one
         assert (surrogate > surrogate_old).all()
         assert stats["kl"] == pytest.approx(algo.masked_mean(algo.policy_kl(old_dist, actor(
-            d["states"], None, d["episode_starts"])[0]), d["alive"]).item())
+            d["obs"], None, d["episode_starts"])[0]), d["alive"]).item())
 
 
 @pytest.mark.parametrize("algo", [itrpo, matrpo], ids=lambda m: m.__name__)
@@ -160,10 +160,10 @@ def test_trpo_step_gives_each_group_its_trust_region_and_leaves_a_fixed_group_al
     torch.manual_seed(0)
     actor = Actor(3, 3, discrete, 4, torch.ones(3, 4, dtype=torch.bool), [0, 0, 1], hidden_sizes=(4,)).double()
     g = torch.Generator().manual_seed(0)
-    d = {"states": torch.randn(1, 8, 3, 3, generator=g, dtype=torch.float64),
+    d = {"obs": torch.randn(1, 8, 3, 3, generator=g, dtype=torch.float64),
          "episode_starts": torch.zeros(1, 8, 3, dtype=torch.float64), "alive": torch.ones(1, 8, 3, dtype=torch.float64)}
     with torch.no_grad():
-        old_dist, _ = actor(d["states"], None, d["episode_starts"])
+        old_dist, _ = actor(d["obs"], None, d["episode_starts"])
     d["actions"] = old_dist.sample()
     d["log_probs"], d["advantages"] = old_dist.log_prob(d["actions"]), torch.randn(1, 8, 3, generator=g).double()
     theta_old = algo.flat_params(actor)  # (2, P)
@@ -224,7 +224,7 @@ def check_factors(calls, actor, n_agents):
     assert sorted(order) == list(range(n_agents))
     for k, (agent, factor, d) in enumerate(calls):
         with torch.no_grad():
-            dist, _ = actor(d["states"], None, d["episode_starts"], d.get("action_masks"))
+            dist, _ = actor(d["obs"], None, d["episode_starts"], d.get("action_masks"))
         expected = torch.ones_like(factor)
         for earlier in order[:k]:
             ratio = (dist.log_prob(d["actions"])[..., earlier] - d["log_probs"][..., earlier]).exp()
@@ -357,7 +357,7 @@ def test_heterogeneous_agents_keep_their_true_action_sizes(small, monkeypatch, n
     check_summary(module.main(args), name, args)
     actions = torch.cat([b["actions"] for b in batches])  # (T, E, N)
     assert actions[..., 0].max() < 3 and actions[..., 1].max() >= 3
-    assert (torch.cat([b["states"] for b in batches])[..., 0, 3:] == 0).all()  # speaker's obs: 3, padded to 11
+    assert (torch.cat([b["obs"] for b in batches])[..., 0, 3:] == 0).all()  # speaker's obs: 3, padded to 11
 
 
 # ----------------------------------------------------------------------------- determinism

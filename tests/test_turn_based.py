@@ -97,7 +97,7 @@ def test_turn_gae_by_hand():
     terminated[3] = 1.0
     next_values = torch.full((T, 2), 99.0)  # only read where an episode ends (terminated: ignored) and at T - 1
     next_values[-1] = torch.tensor([0.33, 0.44])  # after the rollout: agent 1 is to move
-    b = {k: v[:, None] for k, v in dict(rewards=rewards, dones=terminated, truncated=torch.zeros(T, 2),
+    b = {k: v[:, None] for k, v in dict(rewards=rewards, terminated=terminated, truncated=torch.zeros(T, 2),
                                          acting=acting, alive=torch.ones(T, 2)).items()}
     adv, ret, moves = turn_gae(b, V[:, None], next_values[:, None], torch.tensor([[False, True]]), g, lam)
     adv, moves = adv[:, 0], moves[:, 0]
@@ -124,7 +124,7 @@ def test_turn_gae_is_plain_gae_when_every_step_is_a_move():
     # plain GAE's next_values: the next step's value, or the final one where the episode ended
     chained = torch.where(ends, next_values, torch.cat([values[1:], next_values[-1:]]))
     expected = compute_gae(rewards, values, chained, terminated, truncated, 0.95, 0.9)
-    b = dict(rewards=rewards, dones=terminated, truncated=truncated, acting=torch.ones(T, E, N),
+    b = dict(rewards=rewards, terminated=terminated, truncated=truncated, acting=torch.ones(T, E, N),
              alive=torch.ones(T, E, N))
     adv, ret, moves = turn_gae(b, values, chained, torch.ones(E, N, dtype=torch.bool), 0.95, 0.9)
     torch.testing.assert_close(adv, expected[0])

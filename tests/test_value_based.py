@@ -148,8 +148,8 @@ def test_replay_padding_lines_up_with_stored_episodes():
         buf.reset_current_episode()
         for t in range(T):
             step = torch.full((4, 2), float(T * 10 + t))  # (E=4, N=2): value encodes (episode, step)
-            buf.add_transition(states=step[..., None], actions=step, rewards=step, next_states=step[..., None],
-                               dones=torch.zeros(4, 2), valid=torch.ones(4, 2))
+            buf.add_transition(obs=step[..., None], actions=step, rewards=step, next_obs=step[..., None],
+                               terminated=torch.zeros(4, 2), valid=torch.ones(4, 2))
         buf.end_episode()
     b = buf.sample_episodes(64, torch.Generator().manual_seed(1))
     assert b["rewards"].shape == (64, 5, 2) and b["filled"].shape == (64, 5)
@@ -180,16 +180,16 @@ def test_replayed_utilities_equal_acting_step_by_step(monkeypatch):
     for T in (3, 6, 4):  # episodes of different lengths: a batch is padded to its longest
         buf.reset_current_episode()
         for _ in range(T):
-            buf.add_transition(states=torch.randn(E, N, D), actions=torch.randint(A, (E, N)),
-                               rewards=torch.randn(E, N), next_states=torch.randn(E, N, D),
-                               dones=torch.zeros(E, N), valid=torch.ones(E, N))
+            buf.add_transition(obs=torch.randn(E, N, D), actions=torch.randint(A, (E, N)),
+                               rewards=torch.randn(E, N), next_obs=torch.randn(E, N, D),
+                               terminated=torch.zeros(E, N), valid=torch.ones(E, N))
         buf.end_episode()
     b = buf.sample_episodes(8, torch.Generator().manual_seed(2))
     b = {k: v.transpose(0, 1) for k, v in b.items()}  # (T, B, N, ...) as in the files
     lengths = b["filled"].sum(0).long()  # (B,)
     T, B = b["filled"].shape
     assert T == int(lengths.max())  # padding trimmed to the longest drawn episode
-    obs_all = REFERENCE.with_final_step(b["states"], b["next_states"], lengths)  # (T+1, B, N, D)
+    obs_all = REFERENCE.with_final_step(b["obs"], b["next_obs"], lengths)  # (T+1, B, N, D)
     actions = b["actions"].long()
     last_all = torch.cat([torch.zeros(1, B, N, A), torch.nn.functional.one_hot(actions, A).float()])
     starts_all = torch.zeros(T + 1, B, N)
