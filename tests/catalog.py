@@ -7,7 +7,6 @@ found in the file (its source or its `validate`), not written down here by name.
 import glob
 import importlib
 import os
-from functools import lru_cache
 
 from common.cli import ConfigError, make_args
 
@@ -28,7 +27,6 @@ CONTINUOUS_ONLY = frozenset(a for a in ALGOS if "needs continuous actions" in so
 CONTINUOUS_FIRST = frozenset(a for a in ALGOS if "with_continuous_actions(" in source(a)) - CONTINUOUS_ONLY
 
 
-@lru_cache(maxsize=None)
 def refuses_separate_networks(algo: str) -> bool:
     """The file's validate refuses `--share-params none`: one network acts for every agent (MAT's
     transformer), so groups cannot have networks of their own."""
