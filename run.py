@@ -724,8 +724,9 @@ def plot(argv: List[str]) -> dict:
         prog="run.py plot", description="Learning curves (greedy evaluation return against env steps: mean over "
         "seeds and its 95%% bootstrap confidence band), one PNG per env with one line per algorithm (or sweep "
         "point), and results.md / results.csv: final and best evaluation return over seeds (mean, IQM, 95%% CI), "
-        "env steps to a threshold, SPS. With two labels or more, it compares them on each run's final greedy "
-        "evaluation return, normalised per env, as rliable does: profiles.png (performance profiles) and "
+        "env steps to a threshold, SPS; for envs with a winner (SMAX) also the win rate: <env>_win_rate.png and the "
+        "final and best win rates (mean over seeds). With two labels or more, it compares them on each run's final "
+        "greedy evaluation return, normalised per env, as rliable does: profiles.png (performance profiles) and "
         "improvement.png, .md and .csv (probability of improvement), with 95%% stratified bootstrap intervals. "
         "Reads every run folder under RUNS (args.json, summary.json, TensorBoard events): a run that diverged is "
         "left out, an unfinished one (interrupted, still running or killed) is shown as far as it got; the output "
@@ -759,6 +760,8 @@ def plot(argv: List[str]) -> dict:
     thresholds = threshold_of(envs)
     os.makedirs(out, exist_ok=True)
     pngs = [plot_env(env, [r for r in records if r["env"] == env], out, thresholds.get(env)) for env in envs]
+    pngs += [plot_env(env, [r for r in records if r["env"] == env], out, None, win_rate=True) for env in envs
+             if any(r["win_curve"] for r in records if r["env"] == env)]  # envs with a winner (SMAX)
     rows = results_table(records, thresholds)
     md, csv_path = write_tables(rows, out)
     comparison = compare_labels(records, out, given_bounds)
@@ -789,15 +792,17 @@ def save_figure(fig, path: str) -> str:
     return path
 
 
-def plot_env(env: str, records: Sequence[dict], out: str, threshold: Optional[float]) -> str:
+def plot_env(env: str, records: Sequence[dict], out: str, threshold: Optional[float], win_rate: bool = False) -> str:
     """One env's curves: per label, the mean over seeds where they overlap and a 95% bootstrap
-    band (seeds of different lengths are averaged over those present at each step)."""
+    band (seeds of different lengths are averaged over those present at each step). Of the
+    evaluation return in <env>.png; with `win_rate`, of the evaluation win rate in <env>_win_rate.png."""
+    curve = "win_curve" if win_rate else "curve"
     fig, ax = new_figure(7, 4.5)
     for label in sorted({r["label"] for r in records}):
-        runs = [r for r in records if r["label"] == label and r["curve"]]
+        runs = [r for r in records if r["label"] == label and r[curve]]
         if not runs:
             continue
-        steps, values = curves_on_grid([r["curve"] for r in runs])  # (P,), (S, P)
+        steps, values = curves_on_grid([r[curve] for r in runs])  # (P,), (S, P)
         mean, low, high, _ = mean_and_band(values)
         line, = ax.plot(steps, mean, lw=2, marker="o" if len(steps) <= 20 else None, ms=3,
                         label=f"{label} ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
@@ -805,11 +810,12 @@ def plot_env(env: str, records: Sequence[dict], out: str, threshold: Optional[fl
     if threshold is not None:
         ax.axhline(threshold, color="gray", ls=":", lw=1, label=f"threshold {threshold:g}")
     ax.set_xlabel("env steps")
-    ax.set_ylabel("greedy evaluation return")
+    ax.set_ylabel("greedy evaluation win rate" if win_rate else "greedy evaluation return")
     ax.set_title(f"{env}: mean over seeds, 95% bootstrap CI")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return save_figure(fig, os.path.join(out, re.sub(r"[^\w.-]+", "_", env) + ".png"))
+    name = re.sub(r"[^\w.-]+", "_", env) + ("_win_rate" if win_rate else "")
+    return save_figure(fig, os.path.join(out, name + ".png"))
 
 
 def parse_bounds(specs: Sequence[str]) -> Dict[str, Tuple[float, float]]:

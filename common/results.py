@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 EVAL_TAG = "eval/episodic_return"
+WIN_TAG = "eval/win_rate"  # envs with a winner (SMAX) only
 SPS_TAG = "charts/SPS"
 
 
@@ -157,7 +158,9 @@ def read_run(run_path: str) -> dict:
     `summary` (or None), `curve` ([(env step, mean greedy evaluation return)], every evaluation the
     run made, resumed parts included), `global_step`, `final_return` (the final evaluation of a
     finished run, else the last evaluation so far; NaN if none), `best_return` (the best point of
-    the curve) and `sps` (from summary.json; without one, the last `charts/SPS` logged).
+    the curve) and `sps` (from summary.json; without one, the last `charts/SPS` logged). On an env
+    with a winner, `win_curve`, `final_win_rate` and `best_win_rate` are the same for the
+    evaluation's win rate (`eval/win_rate`); elsewhere the curve is empty and both rates NaN.
 
     An unfinished run's algorithm is taken from its `exp_name` up to the first comma (run.py
     names sweep points `<algo>,<key>=<value>...`) or, without one, from its folder name.
@@ -169,25 +172,31 @@ def read_run(run_path: str) -> dict:
     label = args.get("exp_name") or (summary["algo"] if summary else os.path.basename(run_path).split("__")[0])
     algo = summary["algo"] if summary else label.split(",")[0]
     points: Dict[int, float] = {}
+    win_points: Dict[int, float] = {}
     sps = _number(summary.get("sps")) if summary else float("nan")
     global_step = summary["global_step"] if summary else 0
     if summary is None or args.get("resume"):  # summary.json's eval_history would miss steps
-        history = scalar_history(run_path, (EVAL_TAG, SPS_TAG))
+        history = scalar_history(run_path, (EVAL_TAG, WIN_TAG, SPS_TAG))
         points.update(history[EVAL_TAG])
+        win_points.update(history[WIN_TAG])
         if summary is None and history[SPS_TAG]:
             global_step, sps = history[SPS_TAG][-1]
     if summary:  # exact values (float64) for the steps summary.json covers
         points.update({int(s): float(v) for s, v in summary["eval_history"] if v is not None})
-    curve = sorted(points.items())
+        win_points.update({int(s): float(v) for s, v in summary.get("eval_win_history", []) if v is not None})
+    curve, win_curve = sorted(points.items()), sorted(win_points.items())
     if status == "finished":
-        final = _number(summary["eval_return_mean"])
+        final, final_win = _number(summary["eval_return_mean"]), _number(summary.get("eval_win_rate"))
     else:
         final = curve[-1][1] if curve else float("nan")
+        final_win = win_curve[-1][1] if win_curve else float("nan")
         global_step = max(global_step, curve[-1][0] if curve else 0)
     return {"path": run_path, "env": args["env"], "seed": args["seed"], "algo": algo, "label": label, "args": args,
             "status": status, "finished": status == "finished", "summary": summary, "curve": curve,
             "global_step": int(global_step), "final_return": final,
-            "best_return": max((v for _, v in curve), default=float("nan")), "sps": float(sps)}
+            "best_return": max((v for _, v in curve), default=float("nan")), "sps": float(sps),
+            "win_curve": win_curve, "final_win_rate": final_win,
+            "best_win_rate": max((v for _, v in win_curve), default=float("nan"))}
 
 
 def latest_per_seed(records: Sequence[dict]) -> List[dict]:
@@ -282,6 +291,17 @@ def steps_to_threshold(curve: Sequence[Tuple[int, float]], threshold: float) -> 
 TABLE_COLUMNS = ("env", "algo", "seeds", "unfinished", "env_steps_min", "env_steps_max", "final_mean", "final_iqm",
                  "final_ci_low", "final_ci_high", "best_mean", "best_iqm", "best_ci_low", "best_ci_high", "threshold",
                  "steps_to_threshold", "reached", "sps")
+WIN_COLUMNS = ("final_win_rate", "best_win_rate")  # in the tables only when some run's env has a winner
+
+
+def has_win_rates(rows: Sequence[dict]) -> bool:
+    """Whether any row of `results_table` has a win rate (its runs' env has a winner: SMAX)."""
+    return any(np.isfinite(row.get(column, np.nan)) for row in rows for column in WIN_COLUMNS)
+
+
+def table_columns(rows: Sequence[dict]) -> Tuple[str, ...]:
+    """The CSV columns of `results_table`'s rows: `TABLE_COLUMNS`, and the win rates when there are any."""
+    return TABLE_COLUMNS + WIN_COLUMNS if has_win_rates(rows) else TABLE_COLUMNS
 
 
 def results_table(records: Sequence[dict], thresholds: Optional[Dict[str, float]] = None) -> List[dict]:
@@ -292,7 +312,9 @@ def results_table(records: Sequence[dict], thresholds: Optional[Dict[str, float]
     `best_*` the best point of each seed's curve; for both, the mean over seeds, the IQM and a
     95% bootstrap CI of the mean. `steps_to_threshold` is the mean over the seeds that reached
     `thresholds[env]` of the first evaluation step at or above it; `reached` says how many did
-    ("k/n"). `sps` is the mean over seeds."""
+    ("k/n"). `sps` is the mean over seeds. `final_win_rate` and `best_win_rate` are the means over
+    the seeds that have one (envs with a winner) of the final and the best evaluation win rate;
+    NaN for other envs."""
     thresholds = thresholds or {}
     groups: Dict[tuple, List[dict]] = {}
     for r in (r for r in records if r.get("status") != "diverged"):
@@ -305,6 +327,8 @@ def results_table(records: Sequence[dict], thresholds: Optional[Dict[str, float]
         reach = [steps_to_threshold(r["curve"], threshold) for r in runs] if threshold is not None else []
         reached = [s for s in reach if s is not None]
         sps = [r["sps"] for r in runs if np.isfinite(r["sps"])]
+        final_win, best_win = ([r[key] for r in runs if np.isfinite(r.get(key, np.nan))]
+                               for key in ("final_win_rate", "best_win_rate"))
         rows.append({
             "env": env, "algo": label, "seeds": len(runs), "unfinished": sum(not r["finished"] for r in runs),
             "env_steps_min": min(r["global_step"] for r in runs), "env_steps_max": max(r["global_step"] for r in runs),
@@ -314,7 +338,9 @@ def results_table(records: Sequence[dict], thresholds: Optional[Dict[str, float]
             **dict(zip(("best_ci_low", "best_ci_high"), bootstrap_ci(best))),
             "threshold": threshold, "steps_to_threshold": float(np.mean(reached)) if reached else None,
             "reached": f"{len(reached)}/{len(runs)}" if threshold is not None else "",
-            "sps": float(np.mean(sps)) if sps else float("nan")})
+            "sps": float(np.mean(sps)) if sps else float("nan"),
+            "final_win_rate": float(np.mean(final_win)) if final_win else float("nan"),
+            "best_win_rate": float(np.mean(best_win)) if best_win else float("nan")})
     return sorted(rows, key=lambda row: (row["env"], row["algo"]))
 
 
@@ -327,9 +353,12 @@ def write_csv(rows: Sequence[dict], path: str, columns: Sequence[str] = TABLE_CO
 
 
 def markdown_table(rows: Sequence[dict]) -> str:
-    """The rows as a Markdown table (returns rounded to 2 decimals)."""
+    """The rows as a Markdown table (returns rounded to 2 decimals), with the mean final and best
+    win rates after the returns when some rows have them."""
+    wins = has_win_rates(rows)
+    win_header = "final: win rate | best: win rate | " if wins else ""
     lines = ["| env | algo | seeds | env steps | final: mean | final: IQM | final: 95% CI | best: mean | best: IQM "
-             "| best: 95% CI | steps to threshold (reached) | SPS |", "|" + "---|" * 12]
+             "| best: 95% CI | " + win_header + "steps to threshold (reached) | SPS |", "|" + "---|" * (12 + 2 * wins)]
     for r in rows:
         steps = f"{r['env_steps_min']:,d}" + (f"-{r['env_steps_max']:,d}" if r["env_steps_max"] != r["env_steps_min"]
                                                else "")
@@ -341,10 +370,11 @@ def markdown_table(rows: Sequence[dict]) -> str:
             reach = f">= {r['threshold']:g}: never ({r['reached']})"
         else:
             reach = f">= {r['threshold']:g}: {r['steps_to_threshold']:,.0f} ({r['reached']})"
+        win_rates = "".join(f"{r[k]:.2f} | " if np.isfinite(r[k]) else "- | " for k in WIN_COLUMNS) if wins else ""
         lines.append(f"| {r['env']} | {r['algo']} | {r['seeds']} | {steps} | {r['final_mean']:.2f} | "
                      f"{r['final_iqm']:.2f} | [{r['final_ci_low']:.2f}, {r['final_ci_high']:.2f}] | "
                      f"{r['best_mean']:.2f} | {r['best_iqm']:.2f} | "
-                     f"[{r['best_ci_low']:.2f}, {r['best_ci_high']:.2f}] | {reach} | {r['sps']:,.0f} |")
+                     f"[{r['best_ci_low']:.2f}, {r['best_ci_high']:.2f}] | {win_rates}{reach} | {r['sps']:,.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -352,10 +382,12 @@ def write_tables(rows: Sequence[dict], folder: str, name: str = "results") -> Tu
     """Write `<folder>/<name>.md` and `<folder>/<name>.csv`; return both paths."""
     os.makedirs(folder, exist_ok=True)
     md, csv_path = os.path.join(folder, f"{name}.md"), os.path.join(folder, f"{name}.csv")
+    wins = (" Win rate (envs with a winner): of the final and the best evaluation, mean over seeds."
+            if has_win_rates(rows) else "")
     with open(md, "w") as f:
         f.write("Greedy evaluation return over seeds: final and best evaluation of each seed; mean, interquartile "
-                "mean and 95% bootstrap confidence interval of the mean.\n\n" + markdown_table(rows))
-    write_csv(rows, csv_path)
+                "mean and 95% bootstrap confidence interval of the mean." + wins + "\n\n" + markdown_table(rows))
+    write_csv(rows, csv_path, table_columns(rows))
     return md, csv_path
 
 

@@ -235,7 +235,7 @@ def duration(seconds: float) -> str:
 
 class Progress:
     """One readable line every few seconds: steps, SPS, elapsed time and ETA, training and
-    evaluation returns."""
+    evaluation returns (and win rates, for envs with a winner)."""
 
     def __init__(self, total_steps: int, start_step: int = 0, every_s: float = 10.0):
         self.total, self.start_step, self.every_s, self.last = total_steps, start_step, every_s, 0.0
@@ -262,7 +262,7 @@ def as_numpy(x) -> np.ndarray:
 
 @torch.no_grad()
 def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = True, frames=None,
-             per_agent: bool = False) -> np.ndarray:
+             per_agent: bool = False, wins: Optional[List[bool]] = None) -> np.ndarray:
     """Run `n_episodes` episodes on `env` (its own copies) and return each one's return summed
     over agents (R_pz3 for mpe2), shape (n_episodes,); with `per_agent`, every agent's own
     return instead, shape (n_episodes, N).
@@ -270,7 +270,9 @@ def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = T
     `actor(obs (1, E, N, d), state, starts (1, E, N), action_mask) -> (dist, state)`, the
     interface of `nets.Actor`; greedy takes `dist.mode()`. Each copy contributes an equal
     share of episodes, so short episodes are not over-represented. If `frames` is a list,
-    copy 0's rendered frames are appended to it.
+    copy 0's rendered frames are appended to it. If `wins` is a list, whether each counted
+    episode was won is appended to it, in the order of the returns, for envs that say
+    (`VecStep.episode_won`, SMAX); for others it stays empty.
     """
     E, N = env.num_envs, env.n_agents
     quota = np.full(E, n_episodes // E) + (np.arange(E) < n_episodes % E)
@@ -288,9 +290,12 @@ def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = T
             frames.append(env.render())
         step = env.step(action[0])
         done, episode_return = as_numpy(step.done), as_numpy(step.episode_return)
+        won = None if wins is None or step.episode_won is None else as_numpy(step.episode_won)
         for e in np.flatnonzero(done):
             if quota[e] > 0:
                 returns.append(episode_return[e].copy() if per_agent else float(episode_return[e].sum()))
+                if won is not None:
+                    wins.append(bool(won[e]))
                 quota[e] -= 1
         obs, mask = step.obs, step.action_mask
         starts = torch.as_tensor(np.repeat(done[:, None], N, 1), dtype=torch.float32, device=device)[None]
@@ -400,6 +405,17 @@ def _next_multiple(step: int, every: int) -> Optional[int]:
     return (step // every + 1) * every if every else None
 
 
+def _saved_history(ckpt: Optional[Dict[str, Any]], key: str, tag: str, run_path: str) -> List[Tuple[int, float]]:
+    """The (global_step, value) pairs a checkpoint keeps under `key` (full precision); a checkpoint
+    that predates the key gives the run's logged `tag` up to its step instead (float32, from the
+    event files); a fresh run (no checkpoint) starts with none."""
+    if not ckpt:
+        return []
+    if key in ckpt:
+        return [(int(step), float(value)) for step, value in ckpt[key]]
+    return [(step, value) for step, value in scalar_history(run_path, (tag,))[tag] if step <= ckpt["global_step"]]
+
+
 # Statistics that are NaN by definition in some iterations (explained variance of constant returns), not divergence.
 UNDEFINED_OK = ("explained_variance",)
 
@@ -435,9 +451,10 @@ def start_wandb(args, run_path: str, group: Optional[str] = None, config: Option
 
 def track_evaluation(args, run_path: str, result: Dict[str, Any], video: Optional[str] = None) -> None:
     """`--track` with `--evaluate-checkpoint` (and `run.py evaluate --track`): log the evaluation's mean return as
-    `evaluate/episodic_return` at the checkpoint's env step (`result` holds both), and the GIF or MP4 `video` as
-    `evaluate/video`, into the W&B run of the run folder `run_path`: in the project and entity it was trained
-    under when it was tracked (its args.json says), else in those of `args`, with args.json as the config."""
+    `evaluate/episodic_return` (and its win rate as `evaluate/win_rate`, when `result` has one) at the checkpoint's
+    env step (`result` holds both), and the GIF or MP4 `video` as `evaluate/video`, into the W&B run of the run
+    folder `run_path`: in the project and entity it was trained under when it was tracked (its args.json says), else
+    in those of `args`, with args.json as the config."""
     import wandb
 
     try:
@@ -449,6 +466,7 @@ def track_evaluation(args, run_path: str, result: Dict[str, Any], video: Optiona
                                  wandb_entity=saved.get("wandb_entity")) if saved.get("track") else args)
     run = start_wandb(where, run_path, config=saved or None)
     run.log({"evaluate/episodic_return": result["eval_return_mean"], "global_step": result["global_step"],
+             **({"evaluate/win_rate": result["eval_win_rate"]} if "eval_win_rate" in result else {}),
              **({"evaluate/video": wandb.Video(video)} if video else {})})  # a file: no encoding, no moviepy
     run.finish()
     say(f"logged to W&B run {wandb_id(run_path)} in {os.path.join(run_path, 'wandb')}")
@@ -531,6 +549,12 @@ class RunRecorder:
     - Exact resume: `save_checkpoint` adds the evaluation history (full precision) and the state
       of every env in `envs` that can save one (`env.state_dict()`: the torch: ports).
 
+    Envs with a winner (SMAX) also get win rates, with no change to the algorithm files: the
+    evaluation env's steps say which episodes were won (`VecStep.episode_won`), giving
+    `eval/win_rate`, and the training env (`envs[0]`) counts its won and finished episodes
+    (`take_episode_wins()`), which `log_iteration` drains into `charts/win_rate`. `summary.json`
+    then holds `eval_win_rate` and `eval_win_history`; for other envs none of these is written.
+
     `groups` ({group name: agent indices}, which files with groups of agents pass to
     `maybe_evaluate`, `final_evaluation` and `log_iteration`) adds each group's
     return, summed over its agents, to the training and evaluation charts (when there is more
@@ -549,13 +573,13 @@ class RunRecorder:
         self.writer = ScalarWriter(run_path, args_dict(args), tracked)  # TensorBoard, scalars.csv, HParams, W&B
         write_json_atomic(os.path.join(run_path, "args.json"), args_dict(args))
         self.progress = Progress(args.total_timesteps, global_step)
-        # (global_step, mean greedy return) of each evaluation; a resumed run starts from those made before its
-        # checkpoint (older checkpoints lack them: read back from the folder's event files, float32 there)
-        self.eval_history: List[Tuple[int, float]] = [] if not ckpt else [
-            (int(step), float(value)) for step, value in ckpt["eval_history"]] if "eval_history" in ckpt else [
-            (step, value) for step, value in scalar_history(run_path, ("eval/episodic_return",))["eval/episodic_return"]
-            if step <= global_step]
+        # (global_step, mean greedy return) of each evaluation, and (global_step, win rate) of each on an env with a
+        # winner; a resumed run starts from those made before its checkpoint
+        self.eval_history = _saved_history(ckpt, "eval_history", "eval/episodic_return", run_path)
+        self.eval_win_history = _saved_history(ckpt, "eval_win_history", "eval/win_rate", run_path)
         self.eval_returns = np.array([np.nan])  # the returns of the latest evaluation, one per episode
+        self.eval_win_rate = float("nan")  # the latest evaluation's fraction of episodes won (envs with a winner)
+        self.train_win_rate: Optional[float] = None  # the last `charts/win_rate` logged, for the console
         self.eval_group_returns: Dict[str, float] = {}  # the latest evaluation's mean return of each group
         self.next_eval = _next_multiple(global_step, args.eval_every)
         self.next_ckpt = _next_multiple(global_step, args.checkpoint_every)
@@ -604,19 +628,32 @@ class RunRecorder:
         self.writer.close(exit_code)
         self._restore_signals()
 
+    @property
+    def has_wins(self) -> bool:
+        """Whether the run's env has a winner: its training env counts wins, or an evaluation (this
+        process's or one before a resume) saw them."""
+        counts_wins = bool(self.envs) and hasattr(self.envs[0], "take_episode_wins")
+        return counts_wins or bool(self.eval_win_history)
+
     def evaluate(self, eval_envs, policy, global_step: int,
                  groups: Optional[Dict[str, Sequence[int]]] = None) -> np.ndarray:
         """Run `--eval-episodes` greedy episodes now, log `eval/episodic_return` (and each group's
-        return when `groups` holds more than one), return the returns."""
+        return when `groups` holds more than one; and `eval/win_rate` when the env says which
+        episodes were won), return the returns."""
         t_eval = time.time()
+        wins: List[bool] = []  # one per episode, for envs with a winner
         agent_returns = evaluate(eval_envs, policy, self.args.eval_episodes, self.device, greedy=greedy_eval(self.args),
-                                 per_agent=True)
+                                 per_agent=True, wins=wins)
         self.eval_returns = agent_returns.sum(-1).astype(np.float64)  # (episodes,)
         self.eval_time += time.time() - t_eval
         with open(os.path.join(self.run_path, EVAL_EPISODES), "a") as f:  # every episode's return (marl-eval's unit)
             f.write(json.dumps({"step": int(global_step), "returns": self.eval_returns.tolist()}) + "\n")
         self.eval_history.append((global_step, float(self.eval_returns.mean())))
         self.writer.add_scalar("eval/episodic_return", self.eval_returns.mean(), global_step)
+        if wins:
+            self.eval_win_rate = float(np.mean(wins))
+            self.eval_win_history.append((global_step, self.eval_win_rate))
+            self.writer.add_scalar("eval/win_rate", self.eval_win_rate, global_step)
         self.eval_group_returns = {name: float(agent_returns[:, list(members)].sum(-1).mean())
                                    for name, members in (groups or {}).items()}
         if groups and len(groups) > 1:
@@ -658,8 +695,10 @@ class RunRecorder:
         unless no episode ended; with `groups` ({name: agent indices}, more than one) and
         `agent_returns`, also `charts/team_<name>/episodic_return`, the group's agents' returns
         summed (the total is `charts/episodic_return`). Then `charts/SPS`, `charts/<key>` for every entry of `charts`,
-        `losses/<key>` for every entry of `stats`, and `timers/rollout_s`, `timers/update_s`. The
-        console line shows the training and latest evaluation returns, then `console`'s fields.
+        `losses/<key>` for every entry of `stats`, and `timers/rollout_s`, `timers/update_s`. A
+        training env with a winner (`take_episode_wins()`, SMAX) is asked how many episodes it
+        finished and won since the last call: `charts/win_rate`, when it finished any. The console
+        line shows the training and latest evaluation returns (and win rates), then `console`'s fields.
         """
         w, sps = self.writer, self.sps(global_step)
         if train_returns:
@@ -672,6 +711,12 @@ class RunRecorder:
                     for name, members in groups.items():
                         team_return = np.asarray(agent_returns)[:, list(members)].sum(-1).mean()
                         w.add_scalar(f"charts/team_{name}/episodic_return", team_return, global_step)
+        take_wins = getattr(self.envs[0], "take_episode_wins", None) if self.envs else None
+        if take_wins is not None:
+            won, finished = take_wins()  # since the last call: the episodes of this iteration
+            if finished:
+                self.train_win_rate = won / finished
+                w.add_scalar("charts/win_rate", self.train_win_rate, global_step)
         w.add_scalar("charts/SPS", sps, global_step)
         for key, value in (charts or {}).items():
             w.add_scalar(f"charts/{key}", value, global_step)
@@ -684,7 +729,9 @@ class RunRecorder:
         self.check_finite(global_step, stats)
         self.progress.maybe_print(global_step, sps, {
             "train_return": np.mean(train_returns) if train_returns else None,
-            "eval_return": self.eval_history[-1][1] if self.eval_history else None, **(console or {})})
+            "eval_return": self.eval_history[-1][1] if self.eval_history else None,
+            "train_win_rate": self.train_win_rate,
+            "eval_win_rate": self.eval_win_history[-1][1] if self.eval_win_history else None, **(console or {})})
         return sps
 
     def check_finite(self, global_step: int, stats: Dict[str, float]) -> None:
@@ -729,6 +776,7 @@ class RunRecorder:
         if bad is not None:
             raise self._diverged(global_step, f"the checkpoint's {bad} holds NaN or infinite values")
         payload = {**payload, "eval_history": [[step, value] for step, value in self.eval_history],
+                   "eval_win_history": [[step, value] for step, value in self.eval_win_history],
                    "envs": [env.state_dict() if hasattr(env, "state_dict") else None for env in self.envs]}
         save_checkpoint(self.checkpoint_path, payload)
         self.checkpoint_step = global_step
@@ -756,6 +804,9 @@ class RunRecorder:
                    "final_losses": final_losses, **(extra or {})}
         if self.eval_group_returns:  # files with groups of agents (MAPPO, IPPO)
             summary["eval_group_returns"] = self.eval_group_returns
+        if self.has_wins:  # envs with a winner (SMAX)
+            summary["eval_win_rate"] = self.eval_win_rate
+            summary["eval_win_history"] = self.eval_win_history
         write_json_atomic(os.path.join(self.run_path, "summary.json"), summary)
         return json_safe(summary)
 
@@ -764,7 +815,8 @@ class RunRecorder:
         console lines, close the writer and the envs in `close`; return the summary, which `main`
         returns too."""
         summary = self._write_summary(global_step, final_losses, "finished")
-        self.progress.maybe_print(global_step, summary["sps"], {"eval_return": summary["eval_return_mean"]},
+        self.progress.maybe_print(global_step, summary["sps"], {"eval_return": summary["eval_return_mean"],
+                                                                "eval_win_rate": summary.get("eval_win_rate")},
                                   force=True)
         say(f"finished in {duration(summary['wall_time_s'])}: {os.path.join(self.run_path, 'summary.json')}\n"
             f"curves: tensorboard --logdir {self.run_path}")
@@ -774,7 +826,8 @@ class RunRecorder:
         return summary
 
 
-def _nonfinite_entry(payload: Dict[str, Any], skip=("replay", "envs", "rng", "args", "eval_history")) -> Optional[str]:
+def _nonfinite_entry(payload: Dict[str, Any], skip=("replay", "envs", "rng", "args", "eval_history",
+                                                   "eval_win_history")) -> Optional[str]:
     """The name of the first weight or optimiser entry of a checkpoint payload that is not finite, or None."""
     def walk(x, where):
         if isinstance(x, torch.Tensor):
@@ -809,26 +862,33 @@ def checkpoint_for_evaluation(args, algo: str, args_cls) -> Tuple[Dict[str, Any]
 
 def report_greedy_evaluation(args, saved, env, policy, device: torch.device) -> Dict[str, Any]:
     """Play `--eval-episodes` greedy episodes with the loaded `policy` (one episode, saved as a
-    GIF, with `--render-gif`), print the returns' mean, std, min and max, close `env`,
-    and return {"eval_return_mean", "eval_episodes"}."""
+    GIF, with `--render-gif`), print the returns' mean, std, min and max (and the win rate, on an
+    env with a winner), close `env`, and return {"eval_return_mean", "eval_episodes"} (and
+    "eval_win_rate")."""
     frames = [] if args.render_gif else None
     greedy = greedy_eval(args)
-    returns = evaluate(env, policy, 1 if args.render_gif else args.eval_episodes, device, greedy=greedy, frames=frames)
+    wins: List[bool] = []  # one per episode, for envs with a winner
+    returns = evaluate(env, policy, 1 if args.render_gif else args.eval_episodes, device, greedy=greedy, frames=frames,
+                       wins=wins)
     if args.render_gif:
         save_gif(frames, args.render_gif)
         print(f"saved {len(frames)} frames to {args.render_gif}")
-    print(f"{saved.env}: {'greedy' if greedy else 'sampled'} return over {len(returns)} episodes: mean {returns.mean():.2f}, "
-          f"std {returns.std():.2f}, min {returns.min():.2f}, max {returns.max():.2f}")
+    won = f"; won {sum(wins)} (win rate {np.mean(wins):.2f})" if wins else ""
+    print(f"{saved.env}: {'greedy' if greedy else 'sampled'} return over {len(returns)} episodes: "
+          f"mean {returns.mean():.2f}, std {returns.std():.2f}, min {returns.min():.2f}, max {returns.max():.2f}{won}")
     env.close()
-    return {"eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns))}
+    result = {"eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns))}
+    if wins:
+        result["eval_win_rate"] = float(np.mean(wins))
+    return result
 
 
 def evaluate_checkpoint(args, algo: str, args_cls, acting_policy) -> Dict[str, Any]:
     """`--evaluate-checkpoint`: the run's acting network, from the file's own
     `acting_policy(saved_args, env, ckpt, device)` (the function `--load-group` also builds another
-    algorithm's run with), plays `--eval-episodes` episodes; prints the returns and returns their mean with the
-    checkpoint's env step. With `--track`, they (and the `--render-gif`) go to the run's W&B run
-    (`track_evaluation`)."""
+    algorithm's run with), plays `--eval-episodes` episodes; prints the returns and returns their mean (and the win
+    rate, on an env with a winner) with the checkpoint's env step. With `--track`, they (and the `--render-gif`) go
+    to the run's W&B run (`track_evaluation`)."""
     ckpt, saved, env, device = checkpoint_for_evaluation(args, algo, args_cls)
     policy = acting_policy(saved, env, ckpt, device)
     if getattr(saved, "load_group", ()):  # groups that acted as another algorithm's run act as it again

@@ -54,6 +54,8 @@ class VecStep:
     episode_normalised_return: Optional[np.ndarray] = None
     # (E, N) turn-based games (envs/aec_vec.py): whose move it is in the next step; None elsewhere
     acting: Optional[np.ndarray] = None
+    # (E,) bool, envs with a winner (SMAX): the copy finished an episode in this step and won it; None elsewhere
+    episode_won: Optional[np.ndarray] = None
 
 
 def _obs_shape(space: spaces.Space, agent: str, stride: int) -> tuple:
