@@ -11,7 +11,8 @@ throughput) is selected with the `torch:` prefix (`torch:simple_spread`).
 Other families by prefix (their packages are optional; docs/envs.md has the install lines):
 `lbf:<gymnasium id>` (`lbf:Foraging-8x8-2p-3f-v3`), `rware:<gymnasium id>`
 (`rware:rware-tiny-2ag-v2`), `vmas:<scenario>` (`vmas:balance`, batched in torch on `device`)
-and `mamujoco:<scenario>-<agent_conf>` (`mamujoco:HalfCheetah-2x3`).
+and `mamujoco:<scenario>-<agent_conf>` (`mamujoco:HalfCheetah-2x3`); `jaxmarl:<id>` runs a JaxMARL env
+(`jaxmarl:MPE_simple_spread_v3`, `jaxmarl:smax_3m`: SMAX against its heuristic enemy), vectorised in JAX.
 Other PettingZoo families go by `family:scenario` (`sisl:pursuit`, `butterfly:pistonball`,
 `magent2:battle`, or with the module's version, `sisl:pursuit_v5`); their packages are optional
 and a missing one fails with the pip line that installs it (`PZ_FAMILIES`).
@@ -29,10 +30,11 @@ from envs.errors import LIST_ENVS, EnvError, EnvPackageMissing, check_arguments,
 from envs.pettingzoo_vec import PettingZooVecEnv, VecStep
 from envs.matrix_game import PAYOFFS, MatrixGame
 from envs.torch_mpe import TORCH_SCENARIOS, TorchMPE, make_torch_mpe, ported_kwargs
-from envs import gym_multiagent, mamujoco, torch_mpe, vmas_vec
+from envs import gym_multiagent, jaxmarl_vec, mamujoco, torch_mpe, torch_smax, vmas_vec
 from envs.pz_families import PZ_FAMILIES, family_arguments, family_names, family_parallel_env, make_family_env, split_family
 
 TORCH_PREFIX = "torch:"
+SMAX_PREFIX = "torch:smax_"  # the torch port of JaxMARL's SMAX: torch:smax_3m, torch:smax_2s3z, ...
 
 # bare name -> mpe2 module. Every scenario mpe2 1.1 ships.
 MPE2_SCENARIOS = {
@@ -100,11 +102,26 @@ FAMILIES = {
               "rware:rware-tiny-2ag-v2"),
     "vmas": (vmas_vec.arguments, vmas_vec.make, "vmas:balance"),
     "mamujoco": (mamujoco.arguments, mamujoco.make, "mamujoco:HalfCheetah-2x3"),
+    "jaxmarl": (jaxmarl_vec.arguments, jaxmarl_vec.make, "jaxmarl:smax_3m"),
 }
 
 
+def _make_smax(map_name: str, num_envs: int, seed: int, env_kwargs, render_mode, device):
+    if render_mode is not None:
+        raise EnvError(f"{SMAX_PREFIX}{map_name} does not render (it has no drawing code); train on it and render "
+                       f"JaxMARL's SMAX instead (jaxmarl:smax_{map_name})")
+    return torch_smax.make(map_name, num_envs, seed, env_kwargs, device)
+
+
+# torch:smax_<map> goes through the family interface, with the map as the name after the prefix
+SMAX_FAMILY = (torch_smax.arguments, _make_smax, "torch:smax_3m")
+
+
 def _family(name: str):
-    """'lbf:Foraging-8x8-2p-3f-v3' -> (FAMILIES['lbf'], 'Foraging-8x8-2p-3f-v3'); other names -> (None, name)."""
+    """'lbf:Foraging-8x8-2p-3f-v3' -> (FAMILIES['lbf'], 'Foraging-8x8-2p-3f-v3'), 'torch:smax_3m' ->
+    (SMAX_FAMILY, '3m'); other names -> (None, name)."""
+    if name.startswith(SMAX_PREFIX):
+        return SMAX_FAMILY, name[len(SMAX_PREFIX):]
     prefix, sep, rest = name.partition(":")
     return (FAMILIES[prefix], rest) if sep and prefix in FAMILIES else (None, name)
 
@@ -113,13 +130,13 @@ def known_envs() -> list:
     """The names to pick from: mpe2 scenarios, their torch ports, the native envs and the PettingZoo
     families' scenarios. The lbf/rware/vmas/mamujoco families have too many to list (FAMILIES
     gives an example of each)."""
-    return (sorted(MPE2_SCENARIOS) + sorted(TORCH_PREFIX + name for name in TORCH_SCENARIOS) + sorted(NATIVE_ENVS)
-            + family_names())
+    return (sorted(MPE2_SCENARIOS) + sorted(TORCH_PREFIX + name for name in TORCH_SCENARIOS)
+            + [SMAX_PREFIX + name for name in torch_smax.MAPS] + sorted(NATIVE_ENVS) + family_names())
 
 
 def _split_torch(name: str):
     """'torch:simple_spread_v3' -> (True, 'simple_spread'); other names -> (False, name)."""
-    if not name.startswith(TORCH_PREFIX):
+    if not name.startswith(TORCH_PREFIX) or name.startswith(SMAX_PREFIX):  # SMAX goes as a family
         return False, name
     rest = name[len(TORCH_PREFIX):]
     bare = _mpe2_name(rest)
@@ -168,6 +185,9 @@ def _unknown_env(name: str) -> EnvError:
 
 def env_maker(name: str):
     """The PettingZoo `parallel_env` constructor behind a registry name (a torch port's twin)."""
+    if name.startswith(SMAX_PREFIX):
+        raise EnvError(f"{name} is a batched torch env with no PettingZoo version; build it with make_env({name!r}, "
+                       "num_envs)")
     family = split_family(name)
     if family is not None:
         return family_parallel_env(*family)
@@ -285,8 +305,8 @@ def check_env_kwargs(name: str, env_kwargs: Optional[Dict[str, Any]] = None) -> 
     family = split_family(name)
     canonical = ":".join(family) if family else name
     # VMAS scenarios declare no signature: their defaults (kwargs.pop(name, 5)) are not types
-    check_arguments(name, env_kwargs, env_arguments(name), SCENARIO_LIMITS.get(canonical),
-                    typed=not name.startswith("vmas:"))
+    limits = torch_smax.LIMITS if name.startswith(SMAX_PREFIX) else SCENARIO_LIMITS.get(canonical)
+    check_arguments(name, env_kwargs, env_arguments(name), limits, typed=not name.startswith("vmas:"))
     return env_kwargs
 
 

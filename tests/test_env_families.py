@@ -87,7 +87,7 @@ def rollout_obs(env, seed_actions: int, steps: int) -> np.ndarray:
 
 # ============================================================================ registry
 def test_every_family_has_a_prefix_and_an_example():
-    assert set(FAMILIES) == {"lbf", "rware", "vmas", "mamujoco"}
+    assert set(FAMILIES) == {"lbf", "rware", "vmas", "mamujoco", "jaxmarl"}
     for prefix, (_, _, example) in FAMILIES.items():
         assert example.startswith(prefix + ":")
 

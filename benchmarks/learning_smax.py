@@ -1,0 +1,244 @@
+"""Learning bars on SMAX (`torch:smax_<map>`, the batched torch port): greedy-evaluation win rates
+of MAPPO, IPPO and QMIX on 3m, 2s3z, 3s5z and 5m_vs_6m, 3 seeds each.
+
+Trains every (algorithm, map) for several seeds through run.py (presets `configs/<algo>/<env>.yaml`
+where they exist; runs go to <run-dir>/<env>/<algo>/, and launching the same command again reads
+finished runs back and resumes interrupted ones), or reads runs already made (`--from-runs`, any
+depth, finished or not). Then prints, per algorithm and map, the mean over seeds of the greedy
+evaluation win rate (`eval_win_history` in summary.json, else the `eval/win_rate` TensorBoard
+scalar of a run still going): its best point within the budget and its last one, beside the bars:
+
+    floor       MAPPO >= 0.9 on 3m and on 2s3z within 10M env steps (the issue's minimum)
+    published   JaxMARL's published win rate for the same algorithm, map and budget: none found as
+                a number (its paper and repository show SMAX results as learning curves only; 3m is
+                in none of its result sweeps). PUBLISHED below stays empty until one is found, with
+                its source.
+    reference   otherwise, JaxMARL's own baseline run here side by side on the same budget (a run
+                outside the repository): its win rates, given as JSON with --reference, e.g.
+                {"source": "JaxMARL baselines @ <commit>, 3 seeds, 10M env steps, greedy test",
+                 "mappo/2s3z": 0.97, "qmix/5m_vs_6m": 0.41}
+
+A bar is met when the best point of the mean curve within its budget reaches it; a run short of
+the budget that has not reached it yet is "open", not failed. Runs that evaluate by sampling
+(`--eval-policy sampled`) are listed but not judged: the bars are on greedy evaluation.
+
+    python benchmarks/learning_smax.py --seeds 3 --workers 2                  # every algorithm and map, 10M steps
+    python benchmarks/learning_smax.py --algo mappo --maps 3m 2s3z --total-timesteps 2000000
+    python benchmarks/learning_smax.py --from-runs runs/bench_smax --json smax.json --plot smax.png
+    python benchmarks/learning_smax.py --from-runs runs/bench_smax --reference jaxmarl_smax.json
+"""
+import argparse
+import json
+import os
+import shlex
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+import run as launcher
+from common.results import curves_on_grid, find_runs, latest_per_seed, mean_and_band, read_run, scalar_history
+
+ALGOS = ("mappo", "ippo", "qmix")
+MAPS = ("3m", "2s3z", "3s5z", "5m_vs_6m")
+# Env steps summed over copies: TOTAL_TIMESTEPS 1e7 of every JaxMARL SMAX baseline config (FLAIROx/JaxMARL
+# baselines/MAPPO/config/mappo_homogenous_rnn_smax.yaml @ ea4733c, baselines/IPPO/config/ippo_rnn_smax.yaml
+# @ a9b91a7, baselines/QLearning/config/alg/ql_rnn_smax.yaml @ edebe10), which count env steps the same way.
+BUDGET = 10_000_000
+WIN_TAG = "eval/win_rate"
+# (algo, map) -> greedy win rate JaxMARL publishes within BUDGET, each with its source. None found: the JaxMARL
+# paper (Rutherford et al., arXiv 2311.10090) and FLAIROx/JaxMARL#77 give SMAX results as curves only, and its
+# READMEs and docs give none (BENCHMARKS.md lists what was searched).
+PUBLISHED: Dict[Tuple[str, str], Tuple[float, str]] = {}
+FLOOR = {("mappo", "3m"): 0.9, ("mappo", "2s3z"): 0.9}  # the issue's minimum, within 10M env steps
+SMAX_PREFIXES = ("torch:smax_", "jaxmarl:smax_")
+
+
+def smax_map(env: str) -> Optional[str]:
+    """'torch:smax_2s3z' -> '2s3z'; None for an env that is not SMAX."""
+    for prefix in SMAX_PREFIXES:
+        if env.startswith(prefix):
+            return env[len(prefix):]
+    return None
+
+
+def win_curve(record: dict) -> List[Tuple[int, float]]:
+    """[(env step, greedy win rate)] of every evaluation a run made: summary.json's `eval_win_history`
+    (full precision), with the TensorBoard scalar `eval/win_rate` for a run without one (still going,
+    or made before win rates were recorded) and for the steps of a resumed run before its resume."""
+    summary = record["summary"]
+    points: Dict[int, float] = {}
+    if summary is None or record["args"].get("resume") or "eval_win_history" not in summary:
+        points.update(scalar_history(record["path"], (WIN_TAG,))[WIN_TAG])
+    if summary:
+        points.update({int(s): float(v) for s, v in summary.get("eval_win_history") or [] if v is not None})
+    return sorted(points.items())
+
+
+def read_runs(root: str, algos: Optional[List[str]] = None, maps: Optional[List[str]] = None) -> List[dict]:
+    """The SMAX runs under `root` (one per env, label and seed: the furthest along), each record of
+    common.results.read_run with `map`, `family`, `eval_policy` and `win_curve` added."""
+    records = []
+    for record in latest_per_seed([read_run(p) for p in find_runs(root)]):
+        map_name = smax_map(record["env"])
+        if map_name is None or (maps and map_name not in maps) or (algos and record["algo"] not in algos):
+            continue
+        records.append({**record, "map": map_name, "family": record["env"].split(":")[0],
+                        "eval_policy": record["args"].get("eval_policy", "greedy"), "win_curve": win_curve(record)})
+    return records
+
+
+def load_reference(path: Optional[str]) -> Tuple[Dict[Tuple[str, str], float], str]:
+    """({(algo, map): win rate}, source) from a --reference JSON file ("algo/map": rate, and "source")."""
+    if not path:
+        return {}, ""
+    with open(path) as f:
+        data = json.load(f)
+    rates = {tuple(key.split("/", 1)): float(value) for key, value in data.items() if key != "source"}
+    bad = [key for key in rates if len(key) != 2]
+    if bad:
+        raise SystemExit(f"error: {path}: keys are 'algo/map' (e.g. 'mappo/2s3z'); got {bad}")
+    return rates, data.get("source", path)
+
+
+def bars_of(algo: str, map_name: str, reference: Dict[Tuple[str, str], float]) -> List[Tuple[str, float]]:
+    """[(kind, win rate)] every bar of an algorithm on a map, all within BUDGET env steps."""
+    bars = []
+    if (algo, map_name) in FLOOR:
+        bars.append(("floor", FLOOR[(algo, map_name)]))
+    if (algo, map_name) in PUBLISHED:
+        bars.append(("published", PUBLISHED[(algo, map_name)][0]))
+    if (algo, map_name) in reference:
+        bars.append(("reference", reference[(algo, map_name)]))
+    return bars
+
+
+def verdict(best: float, reached: int, bar: float, budget: int) -> Optional[bool]:
+    """True if the best mean win rate within the budget reaches the bar; None (open) while the runs are
+    short of the budget and below it; False at the budget and below it."""
+    if best >= bar:
+        return True
+    return None if reached < budget * 0.999 else False
+
+
+def report(records: List[dict], reference: Dict[Tuple[str, str], float], budget: int = BUDGET,
+           out_path: Optional[str] = None) -> List[dict]:
+    """One row per (algorithm, map, family, eval policy): the mean over seeds of the win-rate curves
+    within the budget (at points every seed has reached), its best and last point, and its bars."""
+    groups: Dict[tuple, List[dict]] = {}
+    for r in records:
+        groups.setdefault((r["label"], r["map"], r["family"], r["eval_policy"]), []).append(r)
+    rows = []
+    print(f"\n{'algo':<13} {'map':<9} {'env':<8} {'seeds':>5} {'steps':>11} {'best mean':>10} {'last mean':>10}  bars "
+          f"(greedy win rate within {budget:,d} env steps)")
+    for (label, map_name, family, policy), runs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        steps, values = curves_on_grid([[(s, v) for s, v in r["win_curve"] if s <= budget * 1.001] for r in runs])
+        mean, low, high, count = mean_and_band(values) if values.size else (np.array([]),) * 4
+        full = count == len(runs)  # points every seed has reached
+        name = label if policy == "greedy" else f"{label},{policy}"
+        if not full.any():
+            print(f"{name:<13} {map_name:<9} {family:<8} {len(runs):>5}   (no win-rate evaluation every seed has)")
+            continue
+        best_i = int(np.nanargmax(np.where(full, mean, np.nan)))
+        last_i = int(np.flatnonzero(full)[-1])
+        reached = min(r["global_step"] for r in runs)  # env steps every seed has trained (past the budget too)
+        bars = bars_of(label.split(",")[0], map_name, reference) if policy == "greedy" else []
+        judged = [{"kind": kind, "bar": bar, "met": verdict(float(mean[best_i]), reached, bar, budget)}
+                  for kind, bar in bars]
+        rows.append(dict(algo=label, map=map_name, env_family=family, eval_policy=policy, seeds=len(runs),
+                         budget=budget, steps_reached=reached, best_mean_win_rate=float(mean[best_i]),
+                         best_at=int(steps[best_i]), best_ci=[float(low[best_i]), float(high[best_i])],
+                         last_mean_win_rate=float(mean[last_i]),
+                         best_per_seed=[float(np.nanmax(v[full])) for v in values],
+                         last_per_seed=[float(v[last_i]) for v in values], bars=judged))
+        shown = "; ".join(f"{b['kind']} {b['bar']:.2f} "
+                          + {True: "met", False: "NOT met", None: "open"}[b["met"]] for b in judged) or "-"
+        print(f"{name:<13} {map_name:<9} {family:<8} {len(runs):>5} {reached:>11,d} {mean[best_i]:>10.3f} "
+              f"{mean[last_i]:>10.3f}  {shown}   per seed best: "
+              + ", ".join(f"{x:.2f}" for x in rows[-1]["best_per_seed"]))
+    unbarred = sorted((set(PUBLISHED) | set(reference) | set(FLOOR))
+                      - {(r["algo"].split(",")[0], r["map"]) for r in rows if r["eval_policy"] == "greedy"})
+    if unbarred:
+        print("bars without runs yet: " + ", ".join(f"{a} on {m}" for a, m in unbarred))
+    if out_path:
+        with open(out_path, "w") as f:
+            json.dump({"budget": budget, "floor": {f"{a}/{m}": v for (a, m), v in FLOOR.items()},
+                       "published": {f"{a}/{m}": {"win_rate": v, "source": s} for (a, m), (v, s) in PUBLISHED.items()},
+                       "reference": {f"{a}/{m}": v for (a, m), v in reference.items()}, "rows": rows,
+                       "curves": {f"{r['label']} {r['env']} seed {r['seed']}": r["win_curve"] for r in records}},
+                      f, indent=2)
+    return rows
+
+
+def plot(records: List[dict], path: str, reference: Dict[Tuple[str, str], float], budget: int = BUDGET) -> None:
+    """Greedy win rate against env steps, one panel per map: the mean over seeds of each algorithm
+    (95% bootstrap band), its bars as dashed lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    maps = sorted({r["map"] for r in records}, key=lambda m: MAPS.index(m) if m in MAPS else len(MAPS))
+    fig, axes = plt.subplots(1, len(maps), figsize=(4.5 * len(maps), 3.8), squeeze=False)
+    for ax, map_name in zip(axes[0], maps):
+        by_label: Dict[str, List[dict]] = {}
+        for r in records:
+            if r["map"] == map_name:
+                by_label.setdefault(f"{r['label']} ({r['family']}, {r['eval_policy']})", []).append(r)
+        for label, runs in sorted(by_label.items()):
+            steps, values = curves_on_grid([r["win_curve"] for r in runs])
+            if not values.size:
+                continue
+            mean, low, high, _ = mean_and_band(values)
+            line, = ax.plot(steps / 1e6, mean, "o-", ms=3, lw=2, label=f"{label}, {len(runs)} seeds")
+            ax.fill_between(steps / 1e6, low, high, color=line.get_color(), alpha=0.2)
+            bars = bars_of(label.split(" ")[0], map_name, reference) if label.endswith("greedy)") else []
+            for kind, bar in bars:
+                ax.axhline(bar, color=line.get_color(), ls="--", lw=1, label=f"{kind} {bar:g} by {budget / 1e6:g}M")
+        ax.set_title(f"SMAX {map_name}")
+        ax.set_xlabel("env steps (millions)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0][0].set_ylabel("greedy evaluation win rate")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main(argv=None) -> List[dict]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algo", nargs="+", default=list(ALGOS), help="algorithm files to train (or read)")
+    parser.add_argument("--maps", nargs="+", default=list(MAPS), help="SMAX maps, trained as torch:smax_<map>")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--total-timesteps", type=int, default=BUDGET, help="env steps per run")
+    parser.add_argument("--eval-every", type=int, default=500_000, help="env steps between greedy evaluations")
+    parser.add_argument("--flags", default="", help="extra algorithm flags for every run, one quoted string")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--run-dir", default="runs/bench_smax")
+    parser.add_argument("--from-runs", default=None, help="read every SMAX run under this folder instead of training")
+    parser.add_argument("--reference", default=None,
+                        help="JSON of JaxMARL's own baseline win rates run here ({'algo/map': rate, 'source': ...})")
+    parser.add_argument("--json", default=None, help="write the table and curves to this JSON file")
+    parser.add_argument("--plot", default=None, help="write the win-rate curves to this PNG file")
+    opts = parser.parse_args(argv)
+    reference, source = load_reference(opts.reference)
+    root = opts.from_runs or opts.run_dir
+    if not opts.from_runs:
+        launcher.main(["--algo", *opts.algo, "--env", *[f"torch:smax_{m}" for m in opts.maps], "--seeds",
+                       str(opts.seeds), "--presets", "--workers", str(opts.workers), "--run-dir", root, "--",
+                       "--total-timesteps", str(opts.total_timesteps), "--eval-every", str(opts.eval_every),
+                       *shlex.split(opts.flags)])
+    records = read_runs(root, opts.algo, opts.maps)
+    if not records:
+        raise SystemExit(f"error: no SMAX run ({', '.join(p + '<map>' for p in SMAX_PREFIXES)}) under {root}")
+    if source:
+        print(f"reference: {source}")
+    rows = report(records, reference, BUDGET, opts.json)
+    if opts.plot:
+        plot(records, opts.plot, reference)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
