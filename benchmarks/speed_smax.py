@@ -18,7 +18,7 @@ compilation is excluded: each measurement warms up first, then times a window of
 faster JAX variant. Then MAPPO's whole training loop (sampling and updates, evaluation off) on
 `torch:smax_3m`, its env steps per second against the issue's bar of 20,000 on the 2-core CPU.
 
-    python benchmarks/speed_smax.py --json benchmarks/results/speed_smax/cpu.json
+    python benchmarks/speed_smax.py --json benchmarks/results/speed_smax/env-vs-jaxmarl-mappo_smax-3m-2s3z-torch_cpu.json
     python benchmarks/speed_smax.py --only jax                 # the JaxMARL side alone
     python benchmarks/speed_smax.py --only torch --maps 3m --num-envs 1024 --mappo-iterations 0
     python benchmarks/speed_smax.py --mappo-flags "--config configs/mappo/<preset>.yaml"
@@ -154,7 +154,7 @@ def mappo_sps(opts) -> dict:
     module = importlib.import_module("algos.mappo")
     with tempfile.TemporaryDirectory() as tmp:
         argv = ["--env", "torch:smax_3m", "--eval-every", "0", "--eval-episodes", "1", "--eval-num-envs", "1",
-                "--checkpoint-every", "0", "--run-dir", tmp, "--torch-threads", str(opts.torch_threads),
+                "--checkpoint-every", "0", "--run-dir", tmp, "--torch-threads", str(opts.mappo_threads),
                 "--cuda" if opts.device.startswith("cuda") else "--no-cuda",
                 *(["--num-envs", str(opts.mappo_num_envs)] if opts.mappo_num_envs else []),
                 *shlex.split(opts.mappo_flags)]
@@ -208,6 +208,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="torch CPU threads for the port and MAPPO (1: the port's ops are small, and a second "
                              "thread waiting on a busy core only slows them)")
+    parser.add_argument("--mappo-threads", type=int, default=2,
+                        help="torch threads of the MAPPO run (its networks' passes over 1,024 copies use both cores)")
     parser.add_argument("--mappo-iterations", type=int, default=10,
                         help="MAPPO iterations on torch:smax_3m (0: skip MAPPO; also skipped with --only jax)")
     parser.add_argument("--mappo-num-envs", type=int, default=1024,
@@ -248,6 +250,7 @@ def main(argv=None) -> dict:
         print(f"MAPPO whole loop on torch:smax_3m ({mappo['num_envs']:,d} copies, {mappo['env_steps']:,d} env steps): "
               f"{mappo['sps']:,.0f} env steps/s (bar >= {MAPPO_SPS_BAR:,d}: {'met' if mappo['met'] else 'NOT met'})")
     result = {"machine": machine(), "device": opts.device, "torch_threads": opts.torch_threads,
+              "mappo_threads": opts.mappo_threads,
               "scan_steps": SCAN_STEPS, "rows": rows, "verdicts": lines, "mappo": mappo}
     if opts.only != "torch":
         jax = import_jax()[0]

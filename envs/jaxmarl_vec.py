@@ -33,8 +33,9 @@ no Python loop over copies) and are moved to `device`. The surface is `PettingZo
   step: its episodes last max_steps + 1 steps.)
 - Seeding: `jax.random.PRNGKey(seed)` split into one key per copy; each copy splits its own
   key at every reset and step. The same seed gives the same trajectories.
-- Compiling: adapters of one name and arguments share their jitted reset and step (`_COMPILED`),
-  so a second one (an eval env, the next run in the process) compiles only for a new number of copies.
+- Compiling: adapters of one name and arguments share their jitted reset and step and the traced
+  observation shapes (`_COMPILED`), so a second one (an eval env, the next run in the process)
+  compiles only for a new number of copies.
 """
 import ast
 import inspect
@@ -76,10 +77,11 @@ _REFUSED = {
 }
 # SMAX arguments that a map sets itself (jaxmarl.environments.smax.map_name_to_scenario)
 _MAP_SETS = ("num_allies", "num_enemies", "scenario", "smacv2_position_generation", "smacv2_unit_type_generation")
-# (name, its arguments) -> the jitted (reset_all, step_all) of the first adapter built from them. jax compiles
-# per function object (10-25 s for SMAX), so adapters of one env share them and jax compiles again only for a
-# new number of copies (jit's own cache, keyed by input shapes): a run's eval env, the next run in a process.
-_COMPILED: Dict[Tuple[str, str], Tuple[Any, Any]] = {}
+# (name, its arguments) -> (observation shapes, jitted reset_all, jitted step_all) of the first adapter built
+# from them. jax compiles per function object (10-25 s for SMAX), so adapters of one env share them and jax
+# compiles again only for a new number of copies (jit's own cache, keyed by input shapes): a run's eval env,
+# the next run in a process.
+_COMPILED: Dict[Tuple[str, str], Tuple[Any, Any, Any]] = {}
 
 
 def _jaxmarl():
@@ -210,8 +212,9 @@ class JaxMARLVecEnv:
         num_envs: E.
         seed: `jax.random.PRNGKey(seed)` is split into the E copies' keys.
         device: where the returned tensors live (JAX itself computes on its own default device).
-        share_key: (name, arguments) of `env`: adapters with the same key share the compiled step
-            (their functions read only the env's fixed settings); None compiles its own.
+        share_key: (name, arguments) of `env`: adapters with the same key share the compiled reset and
+            step and the observation shapes (their functions read only the env's fixed settings); None
+            traces and compiles its own.
     """
 
     def __init__(self, env, num_envs: int, seed: int = 0, device: Union[str, torch.device] = "cpu",
@@ -233,8 +236,9 @@ class JaxMARLVecEnv:
         self._enemy_smax = isinstance(env, EnemySMAX)
         self._smax = self._enemy_smax or isinstance(env, SMAX)
 
-        # Shapes from one abstract reset (no compute)
-        obs_struct, _ = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
+        # Shapes from one abstract reset (no compute, but a trace: about 0.5 s for SMAX, so shared too)
+        shared = _COMPILED.get(share_key) if share_key is not None else None
+        obs_struct = shared[0] if shared else jax.eval_shape(env.reset, jax.random.PRNGKey(0))[0]
         if not isinstance(obs_struct, dict) or any(a not in obs_struct for a in self.agents):
             raise EnvError(f"{type(env).__name__}'s observations are not one array per agent "
                            f"({type(obs_struct).__name__}); the adapter needs a dict keyed by {self.agents}")
@@ -283,12 +287,11 @@ class JaxMARLVecEnv:
             self._avail = None
         self.has_action_mask = self._avail is not None
 
-        compiled = _COMPILED.get(share_key) if share_key is not None else None
-        if compiled is None:
-            compiled = jax.jit(jax.vmap(self._reset_one)), jax.jit(jax.vmap(self._step_one))
+        if shared is None:
+            shared = obs_struct, jax.jit(jax.vmap(self._reset_one)), jax.jit(jax.vmap(self._step_one))
             if share_key is not None:
-                _COMPILED[share_key] = compiled
-        self._reset_all, self._step_all = compiled
+                _COMPILED[share_key] = shared
+        self._reset_all, self._step_all = shared[1:]
         self._keys = jax.random.split(jax.random.PRNGKey(seed), num_envs)  # (E, 2) one key per copy
         # every copy's (key, JaxMARL state, return (N,) and length of the episode in flight), batched: set by reset()
         self._carry = None

@@ -173,11 +173,10 @@ class TorchSMAX:
         self.is_enemy = self.team.bool()
         # the largest action index of each unit's team (the last attack action is observed divided by it)
         self.max_action = torch.cat([torch.full((A,), K + N_MOVES - 1.0), torch.full((K,), A + N_MOVES - 1.0)]).to(**f32)
-        # whom viewer i sees in each of its U - 1 slots: allies list the others in index order, enemies in
-        # reverse index order (so each team sees its own side first)
-        order = [[j for j in range(U) if j != i] if i < A else [j for j in reversed(range(U)) if j != i]
-                 for i in range(U)]
-        self.seen = torch.tensor(order, dtype=torch.long, device=dev)  # (U, U - 1)
+        # whom ally i sees in each of its U - 1 slots: the other units in index order, allies first (SMAX's
+        # enemies see theirs backwards, their own side first: enemy_actions reads the allies so)
+        order = [[j for j in range(U) if j != i] for i in range(A)]
+        self.seen = torch.tensor(order, dtype=torch.long, device=dev)  # (N, U - 1)
         self.move_vectors = self._move_vectors()  # (N_MOVES, 2)
         self._eye_eps = torch.eye(U, **f32) + 1e-6
         self._origin = torch.zeros(2, **f32)
@@ -351,8 +350,7 @@ class TorchSMAX:
         self.cooldown = self.cooldown + torch.where(valid, restart - self.cooldown, -self.dt)
         if self.walls_cause_death:
             # moved is clamped to the map: touching an edge is standing on it
-            touching = (moved[..., 0] == 0.0) | (moved[..., 1] == 0.0) | (moved[..., 0] == self.width) | (
-                moved[..., 1] == self.height)
+            touching = ((moved == 0.0) | (moved == self.map_size)).any(-1)
             self.health = self.health.masked_fill(touching, 0.0)
         self.alive = self.health > 0
         self.pos = self._push_apart(moved, self.alive, stat["radius_sum"])
@@ -382,9 +380,8 @@ class TorchSMAX:
         return view
 
     def unit_observations(self, b: SimpleNamespace) -> torch.Tensor:
-        """(n, U, obs_dim): what every unit of battles `b` sees (allies' rows are the agents'
-        observations, the enemies' rows what the heuristic reads)."""
-        n, U = b.pos.shape[:2]
+        """(n, N, obs_dim): what every ally of battles `b` sees (SMAX's observation of a unit)."""
+        n, A = b.pos.shape[0], self.n_allies
         alive, one_hot = b.alive, b.stats["one_hot"]
         health_frac = b.health / b.stats["health"]
         cool_frac = torch.clamp(b.cooldown / b.stats["cooldown"], 0.0, 1.0)
@@ -392,16 +389,16 @@ class TorchSMAX:
         # (n, U, F) every unit's features as others see it; its position relative to the viewer goes in 1:3
         seen_as = torch.cat([health_frac[..., None], b.last_move, b.last_move, last_attack[..., None],
                              cool_frac[..., None], one_hot], -1)
-        others = seen_as[:, self.seen]  # (n, U, U - 1, F)
-        offset = b.pos[:, self.seen] - b.pos[:, :, None]  # (n, U, U - 1, 2)
-        sight = b.stats["sight"][..., None]  # (n, U, 1) the viewer's
+        seen = self.seen  # (N, U - 1) whom each ally sees in its slots
+        others = seen_as[:, seen]  # (n, N, U - 1, F)
+        offset = b.pos[:, seen] - b.pos[:, :A, None]  # (n, N, U - 1, 2)
+        sight = b.stats["sight"][:, :A, None]  # (n, N, 1) the viewer's
         others[..., 1:3] = offset / sight[..., None]
         if not self.see_enemy_actions:  # last actions of the other team read as zeros
-            other_team = self.is_enemy[self.seen] != self.is_enemy[:, None]  # (U, U - 1)
-            others[..., 3:6] *= ~other_team[None, :, :, None]
-        visible = (_norm(offset) < sight) & alive[..., None] & alive[:, self.seen]
-        own = torch.cat([health_frac[..., None], b.pos / self.map_size, cool_frac[..., None], one_hot], -1)
-        return torch.cat([(others * visible[..., None]).reshape(n, U, -1), own * alive[..., None]], -1)
+            others[..., 3:6] *= ~self.is_enemy[seen][None, :, :, None]
+        visible = (_norm(offset) < sight) & alive[:, :A, None] & alive[:, seen]
+        own = torch.cat([health_frac[..., None], b.pos / self.map_size, cool_frac[..., None], one_hot], -1)[:, :A]
+        return torch.cat([(others * visible[..., None]).reshape(n, A, -1), own * alive[:, :A, None]], -1)
 
     def global_state(self, b: SimpleNamespace) -> torch.Tensor:
         """(n, state_dim): every unit's [health fraction, position, cooldown, one-hot type] (zeros when
@@ -430,24 +427,25 @@ class TorchSMAX:
             state = self._state.index_copy(0, rows, state)
             mask = self._mask.index_copy(0, rows, mask)
         self._unit_obs, self._state, self._mask = unit_obs, state, mask
-        return unit_obs[:, :self.n_allies], state, mask
+        return unit_obs, state, mask
 
     # ------------------------------------------------------------------ the heuristic enemy
     def enemy_actions(self, walk_to: torch.Tensor, shoot_at: torch.Tensor) -> torch.Tensor:
-        """(E, K) SMAX's heuristic enemy, read from each enemy's own observation: if an ally is in
+        """(E, K) SMAX's heuristic enemy, reading what each enemy observes: if an ally is in
         range, shoot (the one shot last while it stays in range, else the closest, or a random one
         with attack_mode "random"); otherwise walk (action 0-3 closest to the direction) towards a
         random visible ally, or, seeing none, towards its start point turned 180 degrees about the
         map's centre. walk_to, shoot_at: (E, K) U(0, 1) draws."""
-        A, K, U = self.n_allies, self.n_enemies, self.n_units
-        obs = self._unit_obs[:, A:]  # (E, K, obs_dim)
-        kind = (obs[..., -N_TYPES:] != 0).float().argmax(-1)  # its own type (0 when dead: no bits set)
-        own_at = (U - 1) * UNIT_FEATURES
-        first_foe = (K - 1) * UNIT_FEATURES
-        own_pos = obs[..., own_at + 1:own_at + 3] * self.map_size
-        foes = obs[..., first_foe:own_at].reshape(*obs.shape[:2], A, UNIT_FEATURES)
-        foe_pos = foes[..., 1:3] * self.unit_table["sight"][kind][..., None, None]  # relative, map units
-        visible = foes[..., 0] > 0
+        A = self.n_allies
+        # what each enemy sees of the allies, as its observation holds it (allies listed backwards, so that
+        # slot k is attack action 5 + k; positions divided by its sight range and multiplied back)
+        alive, enemies = self.alive, slice(A, None)
+        kind = torch.where(alive[:, enemies], self.types[:, enemies], 0)  # the heuristic reads a dead unit as type 0
+        sight = self.unit_table["sight"][kind][..., None]  # (E, K, 1)
+        own_pos = self.pos[:, enemies] / self.map_size * self.map_size * alive[:, enemies, None]
+        offset = self.pos[:, None, :A].flip(2) - self.pos[:, enemies, None]  # (E, K, A, 2)
+        visible = (_norm(offset) < sight) & alive[:, enemies, None] & alive[:, None, :A].flip(2)
+        foe_pos = offset / sight[..., None] * sight[..., None] * visible[..., None]  # relative, map units
         foe_dist = _norm(foe_pos)
         shootable = (foe_dist < self.unit_table["attack_range"][kind][..., None]) & visible
         can_shoot = shootable.any(-1)

@@ -27,6 +27,7 @@ import os
 import re
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import envs
@@ -56,12 +57,18 @@ INSTANCES = {
                    ("butterfly:knights_archers_zombies", ("max_cycles=4",), D)],
     "magent2:": [("magent2:battle", ("map_size=12", "max_cycles=4"), D)],
     "classic:": [("classic:tictactoe", (), D)],
+    "torch:smax_": [("torch:smax_3m", ("max_steps=4", "map_width=8", "map_height=8"), D)],  # small: units die
+    "jaxmarl:": [("jaxmarl:smax_3m", ("max_steps=4", "map_width=8", "map_height=8", "continuous_actions=false"), D),
+                 ("jaxmarl:smax_3m", ("max_steps=4", "map_width=8", "map_height=8", "continuous_actions=true"), C),
+                 ("jaxmarl:MPE_simple_spread_v3", ("max_steps=4", "continuous_actions=true"), C)],
 }
 PACKAGES = {"lbf:": ["lbforaging"], "rware:": ["rware"], "mamujoco:": ["gymnasium_robotics", "mujoco"],
-            "vmas:": ["vmas"], "sisl:": ["Box2D", "pymunk"], "butterfly:": ["pymunk"], "magent2:": ["magent2"]}
+            "vmas:": ["vmas"], "sisl:": ["Box2D", "pymunk"], "butterfly:": ["pymunk"], "magent2:": ["magent2"],
+            "jaxmarl:": ["jaxmarl"]}
 # Envs whose agents die mid-episode (padded with alive = 0): MAgent2's (tests/test_env_families_pz.py
-# kills one), and knights_archers_zombies' knights and archers (killable: checked in describe).
-DIES = {"magent2:battle", "butterfly:knights_archers_zombies"}
+# kills one), knights_archers_zombies' knights and archers (killable: checked in describe), and SMAX's units
+# (on an 8 x 8 map some die within the first episode: checked in describe).
+DIES = {"magent2:battle", "butterfly:knights_archers_zombies", "torch:smax_3m", "jaxmarl:smax_3m"}
 
 # The carriers: one env per (adapter, action type, property), on which every algorithm runs once.
 # "leaving" is a two-agent PettingZoo env whose second agent dies in step 2 of 4 (LeavingAgent below):
@@ -82,9 +89,19 @@ CARRIERS = {
     ("PettingZooVecEnv", C, "agents die"): ("leaving", (), C),
     ("AECVecEnv", D, None): INSTANCES["classic:"][0],
     ("AECVecEnv", D, "env action masks"): INSTANCES["classic:"][0],
+    ("TorchSMAX", D, None): INSTANCES["torch:smax_"][0],  # one small battle carries all three: each file runs once
+    ("TorchSMAX", D, "env action masks"): INSTANCES["torch:smax_"][0],
+    ("TorchSMAX", D, "agents die"): INSTANCES["torch:smax_"][0],
+    # the same for JaxMARL, whose envs compile once per env and number of copies (10-25 s each)
+    ("JaxMARLVecEnv", D, None): INSTANCES["jaxmarl:"][0],
+    ("JaxMARLVecEnv", C, None): INSTANCES["jaxmarl:"][2],
+    ("JaxMARLVecEnv", D, "env action masks"): INSTANCES["jaxmarl:"][0],
+    ("JaxMARLVecEnv", D, "agents die"): INSTANCES["jaxmarl:"][0],
+    ("JaxMARLVecEnv", C, "agents die"): INSTANCES["jaxmarl:"][1],
 }
 
-ADAPTERS = {"PettingZooVecEnv", "TorchMPE", "MatrixGame", "VMASVecEnv", "AECVecEnv"}  # the adapter classes (envs/)
+# The adapter classes (envs/)
+ADAPTERS = {"PettingZooVecEnv", "TorchMPE", "MatrixGame", "VMASVecEnv", "AECVecEnv", "TorchSMAX", "JaxMARLVecEnv"}
 # The files that show the groups and loading columns on a family: one trains a group, the other loads it.
 GROUP_ALGOS = {"classic:": ("ippo", "mappo")}  # turn-based: the files that learn from each agent's own moves
 
@@ -94,6 +111,16 @@ TINY = dict(num_envs=2, num_steps=4, total_timesteps=8, eval_every=0, eval_episo
             critic_hidden_sizes=(16,), mixer_embed_dim=8, hypernet_hidden=16, mixer_hidden=16, update_epochs=1,
             num_minibatches=1, critic_minibatches=1, chunk_len=4, batch_size=2, buffer_size=64, learning_starts=0,
             updates_per_iteration=1, policy_delay=1, bootstrap_cut=True)
+# JaxMARL compiles an env's step for each number of copies (10-25 s each): its envs are evaluated (and
+# described) on as many copies as they train on, so each compiles once.
+JAX_COPIES = dict(eval_num_envs=TINY["num_envs"], eval_episodes=TINY["num_envs"])
+
+
+def tiny_settings(module, name: str) -> dict:
+    """TINY's settings that the algorithm's Args have, for a run on env `name`."""
+    fields = {f.name for f in dataclasses.fields(module.Args)}
+    settings = {**TINY, **JAX_COPIES} if name.startswith("jaxmarl:") else TINY
+    return {k: v for k, v in settings.items() if k in fields}
 
 
 def make_instance(name, env_kwargs, kind, num_envs=1, seed=0):
@@ -192,7 +219,8 @@ def describe(name, env_kwargs, kind):
     if key not in _ENVS:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            env = make_instance(name, env_kwargs, kind)
+            copies = JAX_COPIES["eval_num_envs"] if name.startswith("jaxmarl:") else 1
+            env = make_instance(name, env_kwargs, kind, copies)
         assert env.discrete == (kind == D), f"{name} {env_kwargs} should have {kind} actions"
         props = set()
         if len(env.obs_shape) == 3:
@@ -206,6 +234,13 @@ def describe(name, env_kwargs, kind):
         if name == "butterfly:knights_archers_zombies":
             arguments = envs.env_arguments(name)
             assert arguments["killable_knights"] and arguments["killable_archers"]
+        if "smax_" in name:  # a unit dies in the first episode: terminated, then not alive
+            rng, died = np.random.default_rng(0), False
+            env.reset()
+            for _ in range(envs.parse_env_kwargs(env_kwargs)["max_steps"] + 1):
+                out = env.step(env.sample_actions(rng))
+                died |= bool((out.terminated & ~out.done[:, None]).any() or (~out.alive).any())
+            assert died, f"no unit of {name} {env_kwargs} died in its first episode"
         adapter = next(c.__name__ for c in type(env).__mro__ if c.__name__ in ADAPTERS)  # LBF's is a PettingZooVecEnv
         _ENVS[key] = (adapter, frozenset(props))
         env.close()
@@ -223,7 +258,7 @@ def run_tiny(algo: str, name: str, env_kwargs, kind: str, run_dir: str):
     """Run the algorithm on one small env: its summary, or the ConfigError it stopped with."""
     module = importlib.import_module(f"algos.{algo}")
     fields = {f.name for f in dataclasses.fields(module.Args)}
-    settings = {k: v for k, v in TINY.items() if k in fields}
+    settings = tiny_settings(module, name)
     env = "simple_spread" if name == "leaving" else name  # the leaving env replaces make_env below
     if "agent_groups" in fields and "iql_group" in fields:  # ppo_iql: one policy per group, so two groups
         agents = envs.make_env(env, 1, 0, envs.parse_env_kwargs(env_kwargs)).agents if name != "leaving" else ["a", "b"]
@@ -312,12 +347,11 @@ def test_groups_and_loading_hold(family, tmp_path):
     trainer, loader = GROUP_ALGOS.get(family, ("ia2c", "mappo"))
     for algo, extra in ((trainer, {"train_groups": (first,)}), (loader, {"load_group": None})):
         module = importlib.import_module(f"algos.{algo}")
-        fields = {f.name for f in dataclasses.fields(module.Args)}
         if algo == loader:
             extra = {"load_group": (f"{first}={runs[trainer]['run_dir']}",)}
         args = make_args(module.Args, env=name, env_kwargs=env_kwargs, run_dir=str(tmp_path / algo),
                          share_params="group", agent_groups=split, **extra,
-                         **{k: v for k, v in TINY.items() if k in fields})
+                         **tiny_settings(module, name))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             runs[algo] = module.main(args)
