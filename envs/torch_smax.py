@@ -132,8 +132,8 @@ def scenario(name: str) -> SmaxMap:
             raise EnvError(f"torch:smax_{name}: a team needs at least one unit, got {n}")
         return _smacv2(n)
     if name not in MAPS:
-        raise EnvError(f"unknown SMAX map {name!r}; {did_you_mean(name, MAPS, 'smax_')}maps: "
-                       f"{', '.join('smax_' + m for m in MAPS)} (and smacv2_<n>_units for any n)")
+        raise EnvError(f"unknown SMAX map {name!r}; {did_you_mean(name, MAPS, 'torch:smax_')}maps: "
+                       f"{', '.join('torch:smax_' + m for m in MAPS)} (and torch:smax_smacv2_<n>_units for any n)")
     return MAPS[name]
 
 
