@@ -180,6 +180,7 @@ class TorchSMAX:
         self.move_vectors = self._move_vectors()  # (N_MOVES, 2)
         self._eye_eps = torch.eye(U, **f32) + 1e-6
         self._origin = torch.zeros(2, **f32)
+        self._unit_index = torch.arange(U, device=dev)[None]  # (1, U)
 
         # Adapter attributes (PettingZooVecEnv's names and meanings)
         self.agents = [f"ally_{i}" for i in range(A)]
@@ -219,10 +220,6 @@ class TorchSMAX:
             rows.append(torch.stack([r * v[0] + (-r) * v[1], r * v[0] + r * v[1]]))
         rows.append(torch.zeros(2))
         return torch.stack(rows).to(self.device)
-
-    def _per_unit(self, name: str) -> torch.Tensor:
-        """(E, U) the statistic `name` of every unit, read through its type."""
-        return self.stats[name]
 
     def _read_stats(self) -> None:
         """Every unit's statistics through its type, kept until the types change (a new battle):
@@ -367,10 +364,6 @@ class TorchSMAX:
         target = torch.where(attack, hit, self._unit_index.expand_as(actions))
         return move, target, torch.where(attack, actions, torch.zeros_like(actions))
 
-    @property
-    def _unit_index(self) -> torch.Tensor:
-        return torch.arange(self.n_units, device=self.device)[None]  # (1, U)
-
     # ------------------------------------------------------------------ what units see
     def _battles(self, rows: Optional[torch.Tensor] = None) -> SimpleNamespace:
         """The battle tensors (and the units' statistics) of copies `rows`, or of all copies."""
@@ -493,7 +486,7 @@ class TorchSMAX:
         battle_over = allies_dead | enemies_dead
         done = battle_over | (self.steps >= self.max_steps)  # SMAX tests the limit before counting the step
         self.steps += 1
-        lost_health = ((self.health - health_before) / self._per_unit("health"))[:, A:].sum(-1)
+        lost_health = ((self.health - health_before) / self.stats["health"])[:, A:].sum(-1)
         won = enemies_dead & ~allies_dead
         reward = lost_health.abs() / self.n_enemies + torch.where(won, self.won_battle_bonus, 0.0)
         reward = reward[:, None].expand(E, A).contiguous()
