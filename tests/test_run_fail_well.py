@@ -56,9 +56,12 @@ def test_usage_errors_are_one_line_with_a_hint(tmp_path):
 
 
 def test_sigterm_saves_every_running_run_and_the_same_command_resumes_them(tmp_path):
-    """SIGTERM reaches run.py only (as from a job scheduler); it passes it on to both runs' processes."""
+    """SIGTERM reaches run.py only (as from a job scheduler); it passes it on to both runs' processes.
+    Each run is long enough (about 10 s on two busy cores) that neither can finish in the time
+    between the other's first console line and the signal, even when one starts late."""
+    total = 96000
     args = ["--algo", "mappo", "--env", "torch:simple_spread", "--seeds", "2", "--workers", "2", "--run-dir",
-            str(tmp_path), "--", *TINY, "--total-timesteps", "32000", "--num-envs", "64"]
+            str(tmp_path), "--", *TINY, "--total-timesteps", str(total), "--num-envs", "64"]
     proc = run_py(*args, stderr=subprocess.STDOUT)
     watchdog = threading.Timer(120, proc.kill)
     watchdog.start()
@@ -73,14 +76,14 @@ def test_sigterm_saves_every_running_run_and_the_same_command_resumes_them(tmp_p
     proc.wait()
     watchdog.cancel()
     assert proc.returncode == 143 and "Traceback" not in out, out
-    assert "stopped by SIGTERM: 0 of 2 runs finished, 0 not started" in out
+    assert "stopped by SIGTERM: 0 of 2 runs finished, 0 not started" in out, out
     relaunch = re.search(r"^  (python .*)$", out, re.M).group(1)
     assert shlex.split(relaunch)[1:] == ["run.py", *args]  # the same command
     folders = sorted(glob.glob(str(tmp_path / "torch-simple_spread" / "mappo" / "mappo__torch-simple_spread__*")))
     assert len(folders) == 2
     for seed, folder in enumerate(folders, 1):
         saved = summary(folder)
-        assert saved["status"] == "interrupted" and 0 < saved["global_step"] < 32000
+        assert saved["status"] == "interrupted" and 0 < saved["global_step"] < total
         assert os.path.isfile(os.path.join(folder, "checkpoint.pt"))
         assert (f"interrupted: torch:simple_spread mappo seed {seed} at env step {saved['global_step']:,}: checkpoint "
                 f"saved in {folder}") in out
@@ -90,7 +93,7 @@ def test_sigterm_saves_every_running_run_and_the_same_command_resumes_them(tmp_p
     assert again.returncode == 0, out + err
     assert "2 runs: 0 new, 2 to resume, 0 finished (skipped)" in out
     assert sorted(glob.glob(str(tmp_path / "torch-simple_spread" / "mappo" / "*"))) == folders
-    assert [(summary(f)["status"], summary(f)["global_step"]) for f in folders] == [("finished", 32000)] * 2
+    assert [(summary(f)["status"], summary(f)["global_step"]) for f in folders] == [("finished", total)] * 2
 
 
 def test_a_diverged_run_is_reported_left_out_of_the_relaunch_and_of_the_plot(tmp_path):
