@@ -38,6 +38,17 @@ from envs import make_env, parse_env_kwargs  # noqa: E402
 AGENT_SIZE = 0.15  # mpe2 simple_spread's agent radius: two agents collide closer than 0.3
 
 
+def runs_with_checkpoints(given: list) -> list:
+    """The run folders named, or found under the folders named, that hold a checkpoint.pt."""
+    paths = []
+    for folder in given:
+        paths += [folder] if os.path.isfile(os.path.join(folder, "checkpoint.pt")) else \
+            [p for p in find_runs(folder) if os.path.isfile(os.path.join(p, "checkpoint.pt"))]
+    if not paths:
+        raise SystemExit(f"error: no run with a checkpoint.pt in or under {', '.join(given)}")
+    return paths
+
+
 def load_run(run_dir: str):
     """(algo module, the run's saved Args, algo name, checkpoint) of a run folder holding checkpoint.pt."""
     ckpt = load_checkpoint(os.path.join(run_dir, "checkpoint.pt"), torch.device("cpu"))
@@ -98,12 +109,7 @@ def main(argv=None) -> list:
     parser.add_argument("--radius", type=float, default=0.1, help="a landmark is covered by an agent this close")
     parser.add_argument("--json", default=None, help="write the figures of every run to this file")
     opts = parser.parse_args(argv)
-    paths = []
-    for given in opts.runs:
-        paths += [given] if os.path.isfile(os.path.join(given, "checkpoint.pt")) else \
-            [p for p in find_runs(given) if os.path.isfile(os.path.join(p, "checkpoint.pt"))]
-    if not paths:
-        raise SystemExit(f"error: no run with a checkpoint.pt in or under {', '.join(opts.runs)}")
+    paths = runs_with_checkpoints(opts.runs)
     rows = [behaviour(p, opts.episodes, opts.seed, opts.radius) for p in paths]
     for r in rows:
         print(f"{r['algo']:<7} {os.path.basename(r['run'])[:44]:<44} return {r['return']:7.2f} | team reward at "
