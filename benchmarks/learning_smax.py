@@ -14,9 +14,10 @@ scalar of a run still going): its best point within the budget and its last one,
                 in none of its result sweeps). PUBLISHED below stays empty until one is found, with
                 its source.
     reference   otherwise, JaxMARL's own baseline run here side by side on the same budget (a run
-                outside the repository): its win rates, given as JSON with --reference, e.g.
-                {"source": "JaxMARL baselines @ <commit>, 3 seeds, 10M env steps, greedy test",
-                 "mappo/2s3z": 0.97, "qmix/5m_vs_6m": 0.41}
+                outside the repository): --reference takes its runs' results files
+                (benchmarks/results/learning_smax/jaxmarl-baseline_<algo>_smax-<map>_*.json, each
+                with its greedy evaluation curve; the bar is the best point of their mean within
+                the budget) or a table {"source": ..., "mappo/2s3z": 0.97, "qmix/5m_vs_6m": 0.41}
 
 A bar is met when the best point of the mean curve within its budget reaches it; a run short of
 the budget that has not reached it yet is "open", not failed. Runs that evaluate by sampling
@@ -25,7 +26,7 @@ the budget that has not reached it yet is "open", not failed. Runs that evaluate
     python benchmarks/learning_smax.py --seeds 3 --workers 2                  # every algorithm and map, 10M steps
     python benchmarks/learning_smax.py --algo mappo --maps 3m 2s3z --total-timesteps 2000000
     python benchmarks/learning_smax.py --from-runs runs/bench_smax --json smax.json --plot smax.png
-    python benchmarks/learning_smax.py --from-runs runs/bench_smax --reference jaxmarl_smax.json
+    python benchmarks/learning_smax.py --from-runs runs/bench_smax --reference benchmarks/results/learning_smax/jaxmarl-baseline_*.json
 """
 import argparse
 import json
@@ -87,17 +88,35 @@ def read_runs(root: str, algos: Optional[List[str]] = None, maps: Optional[List[
     return records
 
 
-def load_reference(path: Optional[str]) -> Tuple[Dict[Tuple[str, str], float], str]:
-    """({(algo, map): win rate}, source) from a --reference JSON file ("algo/map": rate, and "source")."""
-    if not path:
-        return {}, ""
-    with open(path) as f:
-        data = json.load(f)
-    rates = {tuple(key.split("/", 1)): float(value) for key, value in data.items() if key != "source"}
-    bad = [key for key in rates if len(key) != 2]
-    if bad:
-        raise SystemExit(f"error: {path}: keys are 'algo/map' (e.g. 'mappo/2s3z'); got {bad}")
-    return rates, data.get("source", path)
+def load_reference(paths: Optional[List[str]], budget: int = BUDGET) -> Tuple[Dict[Tuple[str, str], float], str, dict]:
+    """({(algo, map): win rate}, source, {(algo, map): [[env steps, mean win rate]]}) from --reference JSON files. Each is either a table ("algo/map": rate,
+    and "source") or one baseline run's results (`algo`, `map`, `greedy_eval_curve` [[env steps, win rate]],
+    as benchmarks/results/learning_smax/jaxmarl-baseline_*.json): the runs of one (algo, map) are averaged
+    point by point (that mean curve is the third item), and the bar is the best point of that mean within
+    the budget, as for our own runs."""
+    rates, sources, curves = {}, [], {}
+    for path in paths or []:
+        with open(path) as f:
+            data = json.load(f)
+        if "greedy_eval_curve" in data:
+            curves.setdefault((data["algo"], data["map"]), []).append(
+                [(step, rate) for step, rate in data["greedy_eval_curve"] if step <= budget * 1.001])
+            source = data.get("source", {})
+            sources.append(f"{source.get('baseline_file', path)} @ {source.get('baseline_file_commit', '?')[:7]}, "
+                           f"{data['map']}, seed {data.get('seed')}, {data.get('env_steps', 0):,} env steps")
+            continue
+        table = {tuple(key.split("/", 1)): float(value) for key, value in data.items() if key != "source"}
+        bad = [key for key in table if len(key) != 2]
+        if bad:
+            raise SystemExit(f"error: {path}: keys are 'algo/map' (e.g. 'mappo/2s3z'); got {bad}")
+        rates.update(table)
+        sources.append(data.get("source", path))
+    mean_curves = {}
+    for key, runs in curves.items():
+        points = min(len(run) for run in runs)
+        mean_curves[key] = [[runs[0][i][0], float(np.mean([run[i][1] for run in runs]))] for i in range(points)]
+        rates[key] = max(rate for _, rate in mean_curves[key])
+    return rates, "; ".join(sources), mean_curves
 
 
 def bars_of(algo: str, map_name: str, reference: Dict[Tuple[str, str], float]) -> List[Tuple[str, float]]:
@@ -169,9 +188,10 @@ def report(records: List[dict], reference: Dict[Tuple[str, str], float], budget:
     return rows
 
 
-def plot(records: List[dict], path: str, reference: Dict[Tuple[str, str], float], budget: int = BUDGET) -> None:
+def plot(records: List[dict], path: str, reference: Dict[Tuple[str, str], float], budget: int = BUDGET,
+         baselines: Optional[dict] = None) -> None:
     """Greedy win rate against env steps, one panel per map: the mean over seeds of each algorithm
-    (95% bootstrap band), its bars as dashed lines."""
+    (95% bootstrap band), its bars as dashed lines, the curve of JaxMARL's baseline runs as a dotted one."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -194,6 +214,10 @@ def plot(records: List[dict], path: str, reference: Dict[Tuple[str, str], float]
             bars = bars_of(label.split(" ")[0], map_name, reference) if label.endswith("greedy)") else []
             for kind, bar in bars:
                 ax.axhline(bar, color=line.get_color(), ls="--", lw=1, label=f"{kind} {bar:g} by {budget / 1e6:g}M")
+            baseline = (baselines or {}).get((label.split(" ")[0], map_name))
+            if baseline:
+                ax.plot([s / 1e6 for s, _ in baseline], [w for _, w in baseline], "s:", ms=3, lw=1.5, color="gray",
+                        label=f"JaxMARL's {label.split(' ')[0]} run here (reference)")
         ax.set_title(f"SMAX {map_name}")
         ax.set_xlabel("env steps (millions)")
         ax.set_ylim(-0.02, 1.02)
@@ -217,12 +241,13 @@ def main(argv=None) -> List[dict]:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--run-dir", default="runs/bench_smax")
     parser.add_argument("--from-runs", default=None, help="read every SMAX run under this folder instead of training")
-    parser.add_argument("--reference", default=None,
-                        help="JSON of JaxMARL's own baseline win rates run here ({'algo/map': rate, 'source': ...})")
+    parser.add_argument("--reference", nargs="+", default=None,
+                        help="JaxMARL's own baseline runs here: results files of its runs (jaxmarl-baseline_*.json) "
+                             "or a table ({'algo/map': rate, 'source': ...})")
     parser.add_argument("--json", default=None, help="write the table and curves to this JSON file")
     parser.add_argument("--plot", default=None, help="write the win-rate curves to this PNG file")
     opts = parser.parse_args(argv)
-    reference, source = load_reference(opts.reference)
+    reference, source, baselines = load_reference(opts.reference)
     root = opts.from_runs or opts.run_dir
     if not opts.from_runs:
         launcher.main(["--algo", *opts.algo, "--env", *[f"torch:smax_{m}" for m in opts.maps], "--seeds",
@@ -236,7 +261,7 @@ def main(argv=None) -> List[dict]:
         print(f"reference: {source}")
     rows = report(records, reference, BUDGET, opts.json)
     if opts.plot:
-        plot(records, opts.plot, reference)
+        plot(records, opts.plot, reference, baselines=baselines)
     return rows
 
 

@@ -28,8 +28,9 @@ no Python loop over copies) and are moved to `device`. The surface is `PettingZo
   (it did not act), True elsewhere. `episode_won` and `take_episode_wins()`: SMAX with the
   heuristic enemy only (won: every enemy dead while an ally lives, in the final state).
 - Episodes end at JaxMARL's `dones["__all__"]`. Truncated where the step count reached the
-  env's `max_steps` (for SMAX: and no side is wiped out), terminated otherwise; an SMAX unit
-  that dies is terminated from that step. (JaxMARL's MPE compares its count before adding the
+  env's `max_steps` (for SMAX: and no side is wiped out), terminated otherwise, for every agent:
+  a dead SMAX unit stays in the team, with `alive` False and the team's reward, until the battle
+  ends (as `torch:smax_`). (JaxMARL's MPE compares its count before adding the
   step: its episodes last max_steps + 1 steps.)
 - Seeding: `jax.random.PRNGKey(seed)` split into one key per copy; each copy splits its own
   key at every reset and step. The same seed gives the same trajectories.
@@ -354,21 +355,19 @@ class JaxMARLVecEnv:
         next_state = jax.tree.map(lambda r, f: jax.lax.select(done, r, f), state_r, state_f)
         reward = jnp.stack([reward[a] for a in self.agents]).astype(jnp.float32)
         alive = jnp.ones(self.n_agents, bool)
-        died = jnp.zeros(self.n_agents, bool)
         won = jnp.array(False)
         if self._smax:
             before, last = self._units(env_state), self._units(state_f)
             n_allies = self.env.num_allies
             allies_left, enemies_left = last.unit_alive[:n_allies].any(), last.unit_alive[n_allies:].any()
             alive = before.unit_alive[: self.n_agents]  # a unit dead before the step did not act
-            died = alive & ~last.unit_alive[: self.n_agents]
             truncated = done & allies_left & enemies_left  # the time ran out with both sides standing
             won = done & allies_left & ~enemies_left
         elif hasattr(state_f, "step") and getattr(self.env, "max_steps", None) is not None:
             truncated = done & (state_f.step >= self.env.max_steps)
         else:
             truncated = jnp.array(False)
-        terminated = (done & ~truncated) | died
+        terminated = jnp.broadcast_to(done & ~truncated, (self.n_agents,))
         ep_return, ep_length = ep_return + reward, ep_length + 1
         out = dict(after=after, final=final, reward=reward, done=done, terminated=terminated,
                    truncated=truncated & ~terminated, alive=alive, won=won,

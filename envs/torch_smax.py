@@ -21,8 +21,10 @@ stop action to a dead unit, whose `alive` is False from the step after it died. 
 same for every ally, is the enemies' lost health as a fraction of their full health, averaged
 over the enemies, plus 1 for a won battle (every enemy dead, an ally alive). An episode ends when
 one team is dead (`terminated`) or after `max_steps` + 1 steps (`truncated`; SMAX checks the limit
-before counting the step); a unit that dies is `terminated` in that step (docs/envs.md, agents that
-leave early). `VecStep.episode_won` and `take_episode_wins()` report battles won.
+before counting the step), for every ally, the dead ones included: as in SMAC a dead unit stays in
+the team until the battle ends, with `alive` False and the team's reward, so a unit that dies for
+a win shares the win (docs/envs.md, agents that leave early). `VecStep.episode_won` and
+`take_episode_wins()` report battles won.
 
 Observations and the global state are SMAX's ("unit_list"): each ally sees, for every other unit
 within its sight range (allies first, then enemies, in index order), [health fraction, position
@@ -480,7 +482,6 @@ class TorchSMAX:
         for t in range(self.substeps):
             self._tick(step, target, not_self, restart[:, t])
         self.last_move, self.last_attack = move, kept
-        died = acted & ~self.alive[:, :A]
         allies_dead = ~self.alive[:, :A].any(-1)
         enemies_dead = ~self.alive[:, A:].any(-1)
         battle_over = allies_dead | enemies_dead
@@ -497,9 +498,10 @@ class TorchSMAX:
         episode_length = torch.where(done, self._ep_length, torch.zeros_like(self._ep_length))
         episode_won = done & won
         self.wins += torch.stack([episode_won.sum(), done.sum()])
-        # a unit that died in this step is terminated (nothing bootstraps past its death); every unit when the
-        # battle is decided; the time limit truncates
-        terminated = (battle_over & done)[:, None] | died
+        # the team's episode: every unit is terminated when the battle is decided and truncated at the time limit,
+        # a dead one included (as in SMAC it stays in the team, with alive = 0, and its reward is the team's: a unit
+        # that dies for a win shares the win)
+        terminated = (battle_over & done)[:, None].expand(E, A)
         obs, state, mask = final_obs, final_state, final_mask
         if bool(done.any()):
             self._ep_return[done] = 0.0

@@ -234,13 +234,14 @@ def describe(name, env_kwargs, kind):
         if name == "butterfly:knights_archers_zombies":
             arguments = envs.env_arguments(name)
             assert arguments["killable_knights"] and arguments["killable_archers"]
-        if "smax_" in name:  # a unit dies in the first episode: terminated, then not alive
+        if "smax_" in name:  # a unit dies within two battles: not alive in the steps after, and not terminated
             rng, died = np.random.default_rng(0), False
             env.reset()
-            for _ in range(envs.parse_env_kwargs(env_kwargs)["max_steps"] + 1):
+            for _ in range(2 * (envs.parse_env_kwargs(env_kwargs)["max_steps"] + 1)):
                 out = env.step(env.sample_actions(rng))
-                died |= bool((out.terminated & ~out.done[:, None]).any() or (~out.alive).any())
-            assert died, f"no unit of {name} {env_kwargs} died in its first episode"
+                assert not (out.terminated & ~out.done[:, None]).any(), "a dead unit stays in the team to the end"
+                died |= bool((~out.alive).any())
+            assert died, f"no unit of {name} {env_kwargs} died in its first two battles"
         adapter = next(c.__name__ for c in type(env).__mro__ if c.__name__ in ADAPTERS)  # LBF's is a PettingZooVecEnv
         _ENVS[key] = (adapter, frozenset(props))
         env.close()

@@ -162,6 +162,11 @@ def _compare(map_name: str, resync: bool):
         _check(f"alive, {at}", port.alive[:, :len(env.agents)],
                ~np.stack([np.asarray(dones[a]) for a in env.agents], 1), going_on)
         _check(f"mask, {at}", result.final_action_mask, f["masks"](new_state))
+        wiped_out = ~np.asarray(new_state.state.unit_alive)[:, :len(env.agents)].any(1) | ~np.asarray(
+            new_state.state.unit_alive)[:, len(env.agents):].any(1)
+        ended = np.asarray(dones["__all__"])[:, None].repeat(len(env.agents), 1)  # every unit ends with the battle
+        _check(f"terminated, {at}", result.terminated, ended & wiped_out[:, None])
+        _check(f"truncated, {at}", result.truncated, ended & ~wiped_out[:, None])
         enemies_dead = ~np.asarray(new_state.state.unit_alive)[:, len(env.agents):].any(1)
         allies_alive = np.asarray(new_state.state.unit_alive)[:, :len(env.agents)].any(1)
         _check(f"won, {at}", result.episode_won, np.asarray(dones["__all__"]) & enemies_dead & allies_alive)
@@ -235,8 +240,8 @@ def test_a_dead_unit_is_masked_and_not_alive():
     stop = torch.full((1, env.n_allies), N_MOVES - 1)
     first = env.step(stop, _no_jitter(env))
     assert first.alive[0, 0].item(), "alive says who acted in the step: ally 0 was alive when it began"
-    assert first.terminated[0, 0].item() and not first.done.item(), "its death ends its own episode, not the battle"
-    assert not first.terminated[0, 1:].any()
+    assert not first.done.item() and not first.terminated.any(), "a unit's death ends neither the battle nor its episode"
+    assert first.reward[0, 0].item() == first.reward[0, 1].item(), "the reward is the team's"
     second = env.step(stop, _no_jitter(env))
     assert not second.alive[0, 0].item()
     mask = second.action_mask[0, 0]
