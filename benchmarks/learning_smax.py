@@ -89,8 +89,8 @@ def read_runs(root: str, algos: Optional[List[str]] = None, maps: Optional[List[
 
 
 def load_reference(paths: Optional[List[str]], budget: int = BUDGET) -> Tuple[Dict[Tuple[str, str], float], str, dict]:
-    """({(algo, map): win rate}, source, {(algo, map): [[env steps, mean win rate]]}) from --reference JSON files. Each is either a table ("algo/map": rate,
-    and "source") or one baseline run's results (`algo`, `map`, `greedy_eval_curve` [[env steps, win rate]],
+    """({(algo, map): win rate}, source, {(algo, map): [[env steps, mean win rate]]}) from --reference JSON
+    files. Each is either a table ("algo/map": rate, and "source") or one baseline run's results (`algo`, `map`, `greedy_eval_curve` [[env steps, win rate]],
     as benchmarks/results/learning_smax/jaxmarl-baseline_*.json): the runs of one (algo, map) are averaged
     point by point (that mean curve is the third item), and the bar is the best point of that mean within
     the budget, as for our own runs."""
@@ -211,13 +211,14 @@ def plot(records: List[dict], path: str, reference: Dict[Tuple[str, str], float]
             mean, low, high, _ = mean_and_band(values)
             line, = ax.plot(steps / 1e6, mean, "o-", ms=3, lw=2, label=f"{label}, {len(runs)} seeds")
             ax.fill_between(steps / 1e6, low, high, color=line.get_color(), alpha=0.2)
-            bars = bars_of(label.split(" ")[0], map_name, reference) if label.endswith("greedy)") else []
+            algo = label.split(" ")[0]
+            bars = bars_of(algo, map_name, reference) if label.endswith("greedy)") else []
             for kind, bar in bars:
                 ax.axhline(bar, color=line.get_color(), ls="--", lw=1, label=f"{kind} {bar:g} by {budget / 1e6:g}M")
-            baseline = (baselines or {}).get((label.split(" ")[0], map_name))
+            baseline = (baselines or {}).get((algo, map_name))
             if baseline:
                 ax.plot([s / 1e6 for s, _ in baseline], [w for _, w in baseline], "s:", ms=3, lw=1.5, color="gray",
-                        label=f"JaxMARL's {label.split(' ')[0]} run here (reference)")
+                        label=f"JaxMARL's {algo} run here (reference)")
         ax.set_title(f"SMAX {map_name}")
         ax.set_xlabel("env steps (millions)")
         ax.set_ylim(-0.02, 1.02)

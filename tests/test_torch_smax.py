@@ -162,14 +162,13 @@ def _compare(map_name: str, resync: bool):
         _check(f"alive, {at}", port.alive[:, :len(env.agents)],
                ~np.stack([np.asarray(dones[a]) for a in env.agents], 1), going_on)
         _check(f"mask, {at}", result.final_action_mask, f["masks"](new_state))
-        wiped_out = ~np.asarray(new_state.state.unit_alive)[:, :len(env.agents)].any(1) | ~np.asarray(
-            new_state.state.unit_alive)[:, len(env.agents):].any(1)
-        ended = np.asarray(dones["__all__"])[:, None].repeat(len(env.agents), 1)  # every unit ends with the battle
-        _check(f"terminated, {at}", result.terminated, ended & wiped_out[:, None])
-        _check(f"truncated, {at}", result.truncated, ended & ~wiped_out[:, None])
         enemies_dead = ~np.asarray(new_state.state.unit_alive)[:, len(env.agents):].any(1)
         allies_alive = np.asarray(new_state.state.unit_alive)[:, :len(env.agents)].any(1)
         _check(f"won, {at}", result.episode_won, np.asarray(dones["__all__"]) & enemies_dead & allies_alive)
+        wiped_out = (enemies_dead | ~allies_alive)[:, None]
+        ended = np.asarray(dones["__all__"])[:, None].repeat(len(env.agents), 1)  # every unit ends with the battle
+        _check(f"terminated, {at}", result.terminated, ended & wiped_out)
+        _check(f"truncated, {at}", result.truncated, ended & ~wiped_out)
         state = new_state
         done = np.flatnonzero(np.asarray(dones["__all__"]))
         if done.size:
