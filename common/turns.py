@@ -12,6 +12,13 @@ whose outcome the rollout holds; the files use that as their loss mask in place 
     if acting is not None:  # after the rollout: who moves next
         advantages, returns, b["alive"] = turn_gae(b, values, next_values, acting, args.gamma, args.gae_lambda)
 
+SMAX (`torch:smax_`, `jaxmarl:smax_`) gives `acting` too: the units alive to act in the coming
+step. A dead unit stays in the battle and keeps receiving the team's reward until it ends, so
+the same sum credits what it receives after its death to its last live action, whose return runs
+on to the battle's end, rather than bootstrapping from the value of a dead unit's zero
+observation, which no loss trains (IPPO's own-observation critic drifted there and its policy
+collapsed: BENCHMARKS.md, SMAX).
+
 Files that do not (yet) do this refuse turn-based envs (`check_turns`, called from
 `common.groups.policy_map` before a run folder is written).
 """
@@ -59,28 +66,38 @@ def turn_gae(b: Dict[str, torch.Tensor], values: torch.Tensor, next_values: torc
 
     Backwards through the rollout, per agent: the rewards of every step are added up until the
     agent's previous move, which gets them (an episode's end starts a new sum: rewards never
-    cross it); a move bootstraps from the agent's next move, or from the end of its episode (0 if
+    cross it), undiscounted over steps where the agent waits for its turn and discounted by
+    gamma per step over steps after its death (SMAX: `alive` 0, no move); a move bootstraps from the agent's next move, or from the end of its episode (0 if
     terminated, V of the final input if truncated), or, for its last move in the rollout, from
     V after the rollout when the agent moves right then. A last move whose successor lies beyond
     the rollout has no defined advantage: it is left out (the returned mask is 0 there), and the
-    agent's earlier moves bootstrap from its value without a lambda tail.
+    agent's earlier moves bootstrap from its value without a lambda tail. So is the last move of
+    an agent that was not alive when its episode was truncated (a dead SMAX unit at the time
+    limit: the value of what the team would still have won is not the value of its zero view).
     Returns (advantages, returns, moves): moves is 1 on the moves to learn from (times alive).
     """
     rewards, terminated, truncated, acting = b["rewards"], b["terminated"], b["truncated"], b["acting"].bool()
+    alive = b["alive"]
     advantages, moves = torch.zeros_like(rewards), torch.zeros_like(rewards)
     tail = torch.zeros_like(rewards[0])  # the lambda-return tail from the agent's next move
     credit = torch.zeros_like(rewards[0])  # rewards received since the step considered, until the next move
     successor = torch.where(acting_next.bool(), next_values[-1], torch.zeros_like(tail))  # V of the next move
     known = acting_next.float()  # 1 where the successor of the move being looked for is known
     terminal = torch.zeros_like(tail)
+    # discounts in the agent's own time: a step it waits for its turn in costs nothing (gamma once per
+    # move), a step after its death costs gamma (the team's rewards then arrive over real time)
+    reach = torch.full_like(tail, gamma)  # from the step considered to its successor's value
+    after = torch.ones_like(tail)  # the discount from the step considered to the one after it
     for t in reversed(range(rewards.shape[0])):
         end = torch.maximum(terminated[t], truncated[t]).bool()
-        credit = torch.where(end, rewards[t], credit + rewards[t])
+        credit = torch.where(end, rewards[t], rewards[t] + after * credit)
+        reach = torch.where(end, torch.full_like(reach, gamma), reach * after)
         successor = torch.where(end, next_values[t], successor)
         terminal = torch.where(end, terminated[t], terminal)
         tail = torch.where(end, torch.zeros_like(tail), tail)
-        known = torch.where(end, torch.ones_like(known), known)
-        advantage = (credit + gamma * successor * (1.0 - terminal) - values[t] + gamma * lam * tail) * known
+        # a cut episode's last value is unknown for an agent that was not there at the cut (a dead SMAX unit)
+        known = torch.where(end, 1.0 - truncated[t] * (1.0 - alive[t]), known)
+        advantage = (credit + reach * successor * (1.0 - terminal) - values[t] + gamma * lam * tail) * known
         advantages[t] = torch.where(acting[t], advantage, advantages[t])
         moves[t] = torch.where(acting[t], known, moves[t])
         # after a move, the agent's earlier moves look forward to this one
@@ -88,5 +105,7 @@ def turn_gae(b: Dict[str, torch.Tensor], values: torch.Tensor, next_values: torc
         successor = torch.where(acting[t], values[t], successor)
         for x in (credit, terminal):
             x.masked_fill_(acting[t], 0.0)
+        reach = torch.where(acting[t], torch.full_like(reach, gamma), reach)
         known = torch.where(acting[t], torch.ones_like(known), known)
-    return advantages, advantages + values, moves * b["alive"]
+        after = torch.where(alive[t].bool(), torch.ones_like(after), torch.full_like(after, gamma))
+    return advantages, advantages + values, moves * alive

@@ -30,7 +30,9 @@ no Python loop over copies) and are moved to `device`. The surface is `PettingZo
 - Episodes end at JaxMARL's `dones["__all__"]`. Truncated where the step count reached the
   env's `max_steps` (for SMAX: and no side is wiped out), terminated otherwise, for every agent:
   a dead SMAX unit stays in the team, with `alive` False and the team's reward, until the battle
-  ends (as `torch:smax_`). (JaxMARL's MPE compares its count before adding the
+  ends (as `torch:smax_`). SMAX's `acting` (after `reset()` and in each step's result): the
+  units alive to act in the coming step, so that the on-policy files credit the rewards a unit
+  receives after its death to its last live action (common/turns.py). (JaxMARL's MPE compares its count before adding the
   step: its episodes last max_steps + 1 steps.)
 - Seeding: `jax.random.PRNGKey(seed)` split into one key per copy; each copy splits its own
   key at every reset and step. The same seed gives the same trajectories.
@@ -356,6 +358,7 @@ class JaxMARLVecEnv:
         reward = jnp.stack([reward[a] for a in self.agents]).astype(jnp.float32)
         alive = jnp.ones(self.n_agents, bool)
         won = jnp.array(False)
+        extra = {}
         if self._smax:
             before, last = self._units(env_state), self._units(state_f)
             n_allies = self.env.num_allies
@@ -363,6 +366,7 @@ class JaxMARLVecEnv:
             alive = before.unit_alive[: self.n_agents]  # a unit dead before the step did not act
             truncated = done & allies_left & enemies_left  # the time ran out with both sides standing
             won = done & allies_left & ~enemies_left
+            extra["acting"] = self._units(next_state).unit_alive[: self.n_agents]  # who acts in the coming step
         elif hasattr(state_f, "step") and getattr(self.env, "max_steps", None) is not None:
             truncated = done & (state_f.step >= self.env.max_steps)
         else:
@@ -371,7 +375,8 @@ class JaxMARLVecEnv:
         ep_return, ep_length = ep_return + reward, ep_length + 1
         out = dict(after=after, final=final, reward=reward, done=done, terminated=terminated,
                    truncated=truncated & ~terminated, alive=alive, won=won,
-                   episode_return=jnp.where(done, ep_return, 0.0), episode_length=jnp.where(done, ep_length, 0))
+                   episode_return=jnp.where(done, ep_return, 0.0), episode_length=jnp.where(done, ep_length, 0),
+                   **extra)
         carry = (key, self._strong(next_state), jnp.where(done, 0.0, ep_return), jnp.where(done, 0, ep_length))
         return carry, out
 
@@ -394,6 +399,8 @@ class JaxMARLVecEnv:
         self._carry, view = self._reset_all(self._keys)
         self._keys = self._carry[0]
         obs, state, self._mask = self._view_torch(view)
+        if self._smax:  # every unit of a fresh battle acts
+            self.acting = torch.ones(self.num_envs, self.n_agents, dtype=torch.bool, device=self.device)
         return obs, state, self.action_mask()
 
     @property
@@ -431,6 +438,8 @@ class JaxMARLVecEnv:
         out = {name: self._torch(x) for name, x in out.items()}
         out["episode_length"] = out["episode_length"].long()
         won = out.pop("won")
+        if self._smax:
+            self.acting = out["acting"] = out["acting"].bool()
         if self._enemy_smax:
             self._won += int(won.sum())
             self._finished += int(out["done"].sum())

@@ -52,7 +52,8 @@ class VecStep:
     final_action_mask: Optional[np.ndarray] = None  # (E, N, n_actions) mask of final_obs (discrete only)
     # (E,) the family's normalised return of the finished episode (0 elsewhere), where it defines one (LBF)
     episode_normalised_return: Optional[np.ndarray] = None
-    # (E, N) turn-based games (envs/aec_vec.py): whose move it is in the next step; None elsewhere
+    # (E, N) who acts in the next step: the mover in turn-based games (envs/aec_vec.py), the live units in SMAX
+    # (dead ones keep the team's reward until the battle ends: common/turns.py); None elsewhere (everyone acts)
     acting: Optional[np.ndarray] = None
     # (E,) bool, envs with a winner (SMAX): the copy finished an episode in this step and won it; None elsewhere
     episode_won: Optional[np.ndarray] = None

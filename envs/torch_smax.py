@@ -316,6 +316,13 @@ class TorchSMAX:
         self.pos[idx] = self._push_apart(pos, self.alive[idx], radius[:, :, None] + radius[:, None, :])
         self._read_stats()
 
+    @property
+    def acting(self) -> torch.Tensor:
+        """(E, N) bool: the units alive to act in the coming step. The on-policy files credit what a unit
+        receives after its death to its last live action (common/turns.py), instead of bootstrapping its
+        death from the value of a dead unit's zero observation, which no loss trains."""
+        return self.alive[:, :self.n_allies].clone()
+
     def reset(self):
         """Start a new battle in every copy. Returns (obs (E, N, obs_dim), state (E, state_dim), action_mask)."""
         self.reset_copies(torch.arange(self.num_envs, device=self.device))
@@ -512,7 +519,8 @@ class TorchSMAX:
         return VecStep(obs=obs, state=state, reward=reward, terminated=terminated,
                        truncated=done[:, None] & ~terminated, alive=acted, action_mask=mask,
                        final_obs=final_obs, final_state=final_state, done=done, episode_return=episode_return,
-                       episode_length=episode_length, final_action_mask=final_mask, episode_won=episode_won)
+                       episode_length=episode_length, final_action_mask=final_mask, episode_won=episode_won,
+                       acting=self.acting)
 
     def take_episode_wins(self) -> Tuple[int, int]:
         """(won, finished) battles since the last call."""

@@ -241,6 +241,7 @@ def test_a_dead_unit_is_masked_and_not_alive():
     assert first.alive[0, 0].item(), "alive says who acted in the step: ally 0 was alive when it began"
     assert not first.done.item() and not first.terminated.any(), "a unit's death ends neither the battle nor its episode"
     assert first.reward[0, 0].item() == first.reward[0, 1].item(), "the reward is the team's"
+    assert first.acting[0].tolist() == [False] + [True] * (env.n_allies - 1), "acting: who acts in the next step"
     second = env.step(stop, _no_jitter(env))
     assert not second.alive[0, 0].item()
     mask = second.action_mask[0, 0]

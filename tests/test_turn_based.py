@@ -114,6 +114,59 @@ def test_turn_gae_by_hand():
     torch.testing.assert_close(ret[:, 0], adv + V)
 
 
+def test_turn_gae_credits_a_dead_units_team_rewards_to_its_last_action():
+    """SMAX: a unit acts while alive, and after its death keeps receiving the team's reward until the
+    battle ends. Copy 0: unit 1 dies in step 1 (alive 0 from step 2) and the battle is won in step 3;
+    a new battle starts at step 4. Copy 1: the same, but the battle is cut by the time limit in step 3.
+    gamma 0.9, lambda 0.5."""
+    g, lam = 0.9, 0.5
+    T, E, N = 6, 2, 2
+    torch.manual_seed(0)
+    V = torch.rand(T, E, N)
+    r = torch.tensor([0.1, 0.2, 0.3, 1.3, 0.1, 0.1])[:, None, None].expand(T, E, N).clone()
+    alive = torch.ones(T, E, N)
+    alive[2:4, :, 1] = 0.0
+    ends = torch.zeros(T, E, N)
+    ends[3] = 1.0
+    terminated, truncated = ends * torch.tensor([1.0, 0.0])[:, None], ends * torch.tensor([0.0, 1.0])[:, None]
+    next_values = torch.full((T, E, N), 99.0)  # read only at ends and at T - 1
+    next_values[3, 1] = torch.tensor([0.5, 77.0])  # copy 1's cut: V of each unit's final view (unit 1's: a zero view)
+    next_values[-1] = 0.25
+    b = dict(rewards=r, terminated=terminated, truncated=truncated, acting=alive, alive=alive)
+    adv, ret, moves = turn_gae(b, V, next_values, torch.ones(E, N, dtype=torch.bool), g, lam)
+    # copy 0, unit 1: its last action (step 1) earns the rewards of steps 1-3, discounted per step, win included
+    a1 = r[1, 0, 1] + g * r[2, 0, 1] + g * g * r[3, 0, 1] - V[1, 0, 1]
+    torch.testing.assert_close(adv[1, 0, 1], a1)
+    torch.testing.assert_close(adv[0, 0, 1], r[0, 0, 1] + g * V[1, 0, 1] - V[0, 0, 1] + g * lam * a1)
+    # unit 0 lived on: plain GAE to the win
+    a0_3 = r[3, 0, 0] - V[3, 0, 0]
+    a0_2 = r[2, 0, 0] + g * V[3, 0, 0] - V[2, 0, 0] + g * lam * a0_3
+    torch.testing.assert_close(adv[2, 0, 0], a0_2)
+    # copy 1: unit 0 bootstraps the cut from its final view; unit 1's last action has no known return
+    # (not the value of its zero view): left out, and step 0 bootstraps from V(step 1) without a tail
+    torch.testing.assert_close(adv[3, 1, 0], r[3, 1, 0] + g * 0.5 - V[3, 1, 0])
+    torch.testing.assert_close(adv[0, 1, 1], r[0, 1, 1] + g * V[1, 1, 1] - V[0, 1, 1])
+    assert moves[:, :, 1].tolist() == [[1, 1], [1, 0], [0, 0], [0, 0], [1, 1], [1, 1]]
+    assert moves[:, :, 0].all()
+    torch.testing.assert_close(ret, adv + V)
+
+
+def test_smax_says_which_units_act_next():
+    """torch:smax_ gives `acting` (the units alive in the coming step), which sends the on-policy
+    files through turn_gae: after reset every unit, after each step the live ones (a new battle's all)."""
+    from envs import make_env
+
+    env = make_env("torch:smax_3m", num_envs=8, seed=0)
+    env.reset()
+    assert env.acting.all()
+    for _ in range(80):
+        step = env.step(env.sample_actions())
+        nxt = env.step(env.sample_actions())
+        live_next = nxt.alive.bool()
+        assert torch.equal(step.acting, live_next)  # who acts next is who is alive in the next step
+        assert not (step.acting & ~step.alive.bool() & ~step.done[:, None]).any()  # no unit comes back mid-battle
+
+
 def test_turn_gae_is_plain_gae_when_every_step_is_a_move():
     torch.manual_seed(0)
     T, E, N = 7, 3, 2
