@@ -18,7 +18,7 @@ from buffers import MultiAgentRolloutBuffer
 from common.cli import ConfigError, RunArgs, check_args, run_cli
 from common.gnn_args import GNNArgs, check_gnn_args, graph_net
 from common.groups import GroupArgs, check_group_args, param_layout, policy_map
-from common.turns import turn_gae, whose_move
+from common.turns import is_turn_based, turn_gae, whose_move
 from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, evaluate_checkpoint, pick_device,
                               resume_envs, rng_state, seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs
@@ -274,7 +274,11 @@ def main(args: Args) -> dict:
     critic_kind = "obs" if args.critic_model == "gnn" else args.critic_input  # what critic_inputs assembles
 
     obs_np, state_np, mask_np, restored = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where they were
-    acting = whose_move(envs, device)  # (E, N) in a turn-based game (one agent moves per step), else None
+    # (E, N) in a turn-based game (one agent moves per step), else None. SMAX names its live units too, for
+    # critics of a unit's own view (common/turns.py); this critic values the team's state, a sound bootstrap
+    # for a dead unit, so it runs plain GAE there
+    moves_only = is_turn_based(envs)
+    acting = whose_move(envs, device) if moves_only else None
     obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
     state = torch.as_tensor(state_np, device=device)  # (E, state_dim)
     mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, n_actions)
@@ -331,7 +335,7 @@ def main(args: Args) -> dict:
                 final_values=final_value[0], **extras)
             obs, state = next_obs, torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
-            acting = whose_move(result, device)
+            acting = whose_move(result, device) if moves_only else None
             starts = ended
             train_returns.extend(result.episode_return[result.done].sum(-1).tolist())
             agent_returns.extend(result.episode_return[result.done].tolist())  # per agent: (episodes, N)

@@ -13,11 +13,14 @@ whose outcome the rollout holds; the files use that as their loss mask in place 
         advantages, returns, b["alive"] = turn_gae(b, values, next_values, acting, args.gamma, args.gae_lambda)
 
 SMAX (`torch:smax_`, `jaxmarl:smax_`) gives `acting` too: the units alive to act in the coming
-step. A dead unit stays in the battle and keeps receiving the team's reward until it ends, so
-the same sum credits what it receives after its death to its last live action, whose return runs
-on to the battle's end, rather than bootstrapping from the value of a dead unit's zero
-observation, which no loss trains (IPPO's own-observation critic drifted there and its policy
-collapsed: BENCHMARKS.md, SMAX).
+step. A dead unit stays in the battle and keeps receiving the team's reward until it ends. The
+files whose critic sees only the unit's own view (IPPO, IA2C, ITRPO) take it, and the same sum
+credits what a unit receives after its death to its last live action, whose return runs on to
+the battle's end, rather than bootstrapping from the value of a dead unit's zero view, which no
+loss trains (IPPO's critic drifted there and its policy collapsed: BENCHMARKS.md, SMAX). The
+files whose critic values the team's state (MAPPO, MAA2C, MATRPO) take `acting` from turn-based
+games only: a dead unit bootstraps from the team's state, with plain GAE (crediting the rewards
+instead slowed MAPPO's learning on SMAX: same page).
 
 Files that do not (yet) do this refuse turn-based envs (`check_turns`, called from
 `common.groups.policy_map` before a run folder is written).

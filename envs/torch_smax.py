@@ -318,9 +318,9 @@ class TorchSMAX:
 
     @property
     def acting(self) -> torch.Tensor:
-        """(E, N) bool: the units alive to act in the coming step. The on-policy files credit what a unit
-        receives after its death to its last live action (common/turns.py), instead of bootstrapping its
-        death from the value of a dead unit's zero observation, which no loss trains."""
+        """(E, N) bool: the units alive to act in the coming step. The on-policy files whose critic sees a
+        unit's own view credit what a unit receives after its death to its last live action (common/turns.py),
+        instead of bootstrapping its death from the value of a dead unit's zero view, which no loss trains."""
         return self.alive[:, :self.n_allies].clone()
 
     def reset(self):

@@ -202,6 +202,28 @@ def test_self_play_runs_learn_only_from_moves(algo, tmp_path):
     assert returns["player_1"] == pytest.approx(-returns["player_2"])  # zero-sum
 
 
+@pytest.mark.parametrize("algo,own_view", [("ippo", True), ("ia2c", True), ("mappo", False), ("maa2c", False)])
+def test_on_smax_only_own_view_critics_credit_rewards_after_death(algo, own_view, tmp_path, monkeypatch):
+    """A critic of the unit's own view (IPPO, IA2C, ITRPO) cannot value a dead unit's zero view, so its file
+    credits the team's rewards after a death to the unit's last live action (turn_gae); a critic of the
+    team's state (MAPPO, MAA2C, MATRPO) bootstraps a dead unit from it, with plain GAE."""
+    import importlib
+    from common.cli import make_args
+    module = importlib.import_module(f"algos.{algo}")
+    calls = []
+
+    def recording(*a, **k):
+        calls.append(1)
+        return turn_gae(*a, **k)
+
+    monkeypatch.setattr(module, "turn_gae", recording)
+    args = make_args(module.Args, env="torch:smax_3m", num_envs=4, num_steps=16, total_timesteps=128,
+                     eval_every=0, eval_episodes=2, eval_num_envs=2, hidden_sizes=(16,), cuda=False,
+                     run_dir=str(tmp_path))
+    module.main(args)
+    assert bool(calls) == own_view
+
+
 def test_other_files_refuse_turn_based_games_clearly(tmp_path):
     run_dir = tmp_path / "runs"
     out = subprocess.run([sys.executable, "algos/qmix.py", "--env", "classic:tictactoe", "--run-dir", str(run_dir)],
