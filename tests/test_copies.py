@@ -292,7 +292,7 @@ SHARED_BLOCKS = [
     ("itrpo", "matrpo", 'from envs import make_env, parse_env_kwargs', 55),
     ("itrpo", "matrpo", 'recurrent: Literal["none", "gru", "lstm"] = "none"', 40),
     ("itrpo", "matrpo", 'def compute_gae(rewards, values, next_values, terminated,', 192),
-    ("itrpo", "matrpo", '# Only the critic has an optimiser: the actor moves by', 40),
+    ("itrpo", "matrpo", '# Only the critic has an optimiser: the actor moves by', 17),
     ("itrpo", "matrpo", 'rollout_s = time.time() - t_rollout', 93),
     ("maa2c", "matrpo", 'if mask is not None:', 49),
     ("qmix", "qplex", 'ALGO = Path(__file__).stem  # runs, checkpoints and', 54),
