@@ -196,7 +196,7 @@ def main(args: Args) -> dict:
         global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
 
     obs_np, state_np, mask_np, restored = resume_envs(ckpt, envs, eval_envs)  # envs.reset(), or where they were
-    acting = whose_move(envs, device)  # (E, N) in a turn-based game (one agent moves per step), else None
+    acting = whose_move(envs, device)  # (E, N) the mover in a turn-based game, SMAX's live units (turns.py), else None
     obs = torch.as_tensor(obs_np, device=device)  # (E, N, obs_dim)
     state = torch.as_tensor(state_np, device=device)  # (E, state_dim)
     mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)  # (E, N, n_actions)

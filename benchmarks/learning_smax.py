@@ -90,10 +90,10 @@ def read_runs(root: str, algos: Optional[List[str]] = None, maps: Optional[List[
 
 def load_reference(paths: Optional[List[str]], budget: int = BUDGET) -> Tuple[Dict[Tuple[str, str], float], str, dict]:
     """({(algo, map): win rate}, source, {(algo, map): [[env steps, mean win rate]]}) from --reference JSON
-    files. Each is either a table ("algo/map": rate, and "source") or one baseline run's results (`algo`, `map`, `greedy_eval_curve` [[env steps, win rate]],
-    as benchmarks/results/learning_smax/jaxmarl-baseline_*.json): the runs of one (algo, map) are averaged
-    point by point (that mean curve is the third item), and the bar is the best point of that mean within
-    the budget, as for our own runs."""
+    files. Each is either a table ("algo/map": rate, and "source") or one baseline run's results (`algo`, `map`,
+    `greedy_eval_curve` [[env steps, win rate]], as benchmarks/results/learning_smax/jaxmarl-baseline_*.json):
+    the runs of one (algo, map) are averaged point by point (that mean curve is the third item), and the bar is
+    the best point of that mean within the budget, as for our own runs."""
     rates, sources, curves = {}, [], {}
     for path in paths or []:
         with open(path) as f:

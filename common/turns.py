@@ -70,8 +70,9 @@ def turn_gae(b: Dict[str, torch.Tensor], values: torch.Tensor, next_values: torc
     Backwards through the rollout, per agent: the rewards of every step are added up until the
     agent's previous move, which gets them (an episode's end starts a new sum: rewards never
     cross it), undiscounted over steps where the agent waits for its turn and discounted by
-    gamma per step over steps after its death (SMAX: `alive` 0, no move); a move bootstraps from the agent's next move, or from the end of its episode (0 if
-    terminated, V of the final input if truncated), or, for its last move in the rollout, from
+    gamma per step over steps after its death (SMAX: `alive` 0, no move); a move bootstraps
+    from the agent's next move, or from the end of its episode (0 if terminated, V of the
+    final input if truncated), or, for its last move in the rollout, from
     V after the rollout when the agent moves right then. A last move whose successor lies beyond
     the rollout has no defined advantage: it is left out (the returned mask is 0 there), and the
     agent's earlier moves bootstrap from its value without a lambda tail. So is the last move of
@@ -90,7 +91,7 @@ def turn_gae(b: Dict[str, torch.Tensor], values: torch.Tensor, next_values: torc
     # discounts in the agent's own time: a step it waits for its turn in costs nothing (gamma once per
     # move), a step after its death costs gamma (the team's rewards then arrive over real time)
     reach = torch.full_like(tail, gamma)  # from the step considered to its successor's value
-    after = torch.ones_like(tail)  # the discount from the step considered to the one after it
+    after = torch.ones_like(tail)  # the discount from the step considered to the one after it (from alive)
     for t in reversed(range(rewards.shape[0])):
         end = torch.maximum(terminated[t], truncated[t]).bool()
         credit = torch.where(end, rewards[t], rewards[t] + after * credit)
@@ -110,5 +111,5 @@ def turn_gae(b: Dict[str, torch.Tensor], values: torch.Tensor, next_values: torc
             x.masked_fill_(acting[t], 0.0)
         reach = torch.where(acting[t], torch.full_like(reach, gamma), reach)
         known = torch.where(acting[t], torch.ones_like(known), known)
-        after = torch.where(alive[t].bool(), torch.ones_like(after), torch.full_like(after, gamma))
+        after = gamma + (1.0 - gamma) * alive[t]  # 1 past a step the agent was alive in, gamma past one after its death
     return advantages, advantages + values, moves * alive

@@ -32,8 +32,8 @@ no Python loop over copies) and are moved to `device`. The surface is `PettingZo
   a dead SMAX unit stays in the team, with `alive` False and the team's reward, until the battle
   ends (as `torch:smax_`). SMAX's `acting` (after `reset()` and in each step's result): the
   units alive to act in the coming step, so that the on-policy files with critics of a unit's own
-  view credit the rewards it receives after its death to its last live action (common/turns.py). (JaxMARL's MPE compares its count before adding the
-  step: its episodes last max_steps + 1 steps.)
+  view credit the rewards it receives after its death to its last live action (common/turns.py).
+  (JaxMARL's MPE compares its count before adding the step: its episodes last max_steps + 1 steps.)
 - Seeding: `jax.random.PRNGKey(seed)` split into one key per copy; each copy splits its own
   key at every reset and step. The same seed gives the same trajectories.
 - Compiling: adapters of one name and arguments share their jitted reset and step and the traced

@@ -152,8 +152,9 @@ def test_turn_gae_credits_a_dead_units_team_rewards_to_its_last_action():
 
 
 def test_smax_says_which_units_act_next():
-    """torch:smax_ gives `acting` (the units alive in the coming step), which sends the on-policy
-    files through turn_gae: after reset every unit, after each step the live ones (a new battle's all)."""
+    """torch:smax_ gives `acting` (the units alive in the coming step), which sends the files whose
+    critic sees a unit's own view through turn_gae: after reset every unit, after each step the live ones
+    (a new battle's all)."""
     from envs import make_env
 
     env = make_env("torch:smax_3m", num_envs=8, seed=0)
