@@ -157,6 +157,27 @@ def td_lambda_targets(rewards, next_q, terminated, ended, gamma: float, lam: flo
     return targets
 
 
+def after_death(rewards, alive, step_mask, ended, terminated, gamma: float):
+    """Targets for an agent that dies while its episode goes on (a SMAX unit stays in the battle, seeing
+    zeros and sharing the team's reward, until it is over). Its target at the death would bootstrap from
+    Q_i of a zero view, which no loss trains (dead steps are out of the loss); instead its last live
+    action is credited with the rewards after the death, discounted per step, to the episode's end:
+    y_t = r_t + gamma G_{t+1}, G_t = r_t + gamma G_{t+1}. Where the clock cut that episode the return
+    after the death is unknown, and that action is left out. All tensors (T, B, N) but step_mask and
+    ended, (T, B). Returns death (T, B, N) 1 at each agent's last live step before its episode's end,
+    tail (T, B, N) G_{t+1} there, and keep (T, B, N) 0 where a death's episode was cut.
+    """
+    next_alive = torch.cat([alive[1:], torch.zeros_like(alive[:1])])
+    death = step_mask[..., None] * alive * (1.0 - next_alive) * (1.0 - ended[..., None]) * (1.0 - terminated)
+    if not death.any():  # agents that never leave early, or leave by termination (MAgent2): nothing to do
+        return death, torch.zeros_like(rewards), torch.ones_like(rewards)
+    stops = torch.maximum(ended[..., None], terminated)
+    returns = td_lambda_targets(rewards, torch.zeros_like(rewards), terminated, stops, gamma, 1.0)  # G_t, no bootstrap
+    tail = torch.cat([returns[1:], torch.zeros_like(returns[:1])])  # G_{t+1}
+    cut = (ended[..., None] * (1.0 - terminated)).amax(0, keepdim=True)  # (1, B, N) the clock ended the episode
+    return death, tail, 1.0 - death * cut
+
+
 def with_final_step(x: torch.Tensor, final: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """(T, B, ...) per-step inputs and the (T, B, ...) "next" inputs -> (T + 1, B, ...) where row
     lengths[b] of sequence b holds its final (post-episode) input: the whole history a recurrent
@@ -312,7 +333,8 @@ def main(args: Args) -> dict:
             terminated = b["terminated"] * step_mask[..., None]  # (T, B, N): each agent's own termination
             # Agents that left early (MAgent2 deaths) have no loss after they are gone: their zero
             # observation says nothing and their action was never played. The step an agent dies in
-            # is its last alive one, terminated there, so no target bootstraps across the death.
+            # is its last alive one, terminated there, so no target bootstraps across the death (a unit that
+            # dies while its episode goes on, as in SMAX, is handled by after_death below).
             alive = b["alive"] if "alive" in b else torch.ones_like(b["rewards"])  # (T, B, N); older replays lack it
             # (T, B, N) real steps of live agents of learning groups (fixed groups' rows get no gradient)
             agent_mask = step_mask[..., None] * alive * teams.trained
@@ -340,8 +362,13 @@ def main(args: Args) -> dict:
                 best_next = chooser[1:].argmax(-1, keepdim=True)  # (T, B, N, 1)
                 tq_next = tq_all[1:].gather(-1, best_next).squeeze(-1)  # (T, B, N)
                 # One TD(lambda) recursion per agent: (T, B, N); an agent's own termination ends its recursion.
-                targets = td_lambda_targets(rewards, tq_next, terminated, torch.maximum(ended[..., None], terminated),
+                # A death inside a running episode (SMAX): the rewards after it, not Q_i of a zero view
+                death, tail, keep = after_death(rewards, alive, step_mask, ended, terminated, args.gamma)
+                tq_next = torch.where(death > 0, tail, tq_next)
+                targets = td_lambda_targets(rewards, tq_next, terminated,
+                                            torch.maximum(torch.maximum(ended[..., None], terminated), death),
                                             args.gamma, args.td_lambda)
+            agent_mask = agent_mask * keep  # a death whose episode the clock cut has no known return
             td_error = q_taken - targets
             per_step = td_error ** 2 if args.loss == "mse" else F.smooth_l1_loss(q_taken, targets, reduction="none")
             loss = masked_mean(per_step, agent_mask)

@@ -114,6 +114,39 @@ def test_iql_team_reward_gives_every_agent_the_sum():
     assert torch.equal(m.learned_rewards(r, True), torch.tensor([[[3.0] * 3], [[0.5] * 3]]))
 
 
+def test_iql_credits_a_units_rewards_after_its_death_to_its_last_action():
+    """A SMAX unit dies in step 1 and stays in the battle (alive 0, the team's reward) to its end at step 5:
+    its target at step 1 takes the rewards after the death, discounted per step, not the Q of its zero
+    view; where the clock cut the battle, that action is left out."""
+    m = MODULES["iql"]
+    T, gamma = 6, 0.5
+    rewards = torch.arange(1.0, 7.0).view(T, 1, 1).expand(T, 1, 2).clone()  # (T, B=1, N=2): 1..6, both units
+    alive = torch.ones(T, 1, 2)
+    alive[2:, 0, 1] = 0.0  # unit 1 acts at steps 0 and 1, then is dead
+    step_mask, ended = torch.ones(T, 1), torch.zeros(T, 1)
+    ended[-1] = 1.0
+    won = torch.zeros(T, 1, 2)
+    won[-1] = 1.0  # the battle's end terminates both units
+    death, tail, keep = m.after_death(rewards, alive, step_mask, ended, won, gamma)
+    assert death.nonzero().tolist() == [[1, 0, 1]]
+    assert tail[1, 0, 1] == 3 + 0.5 * 4 + 0.25 * 5 + 0.125 * 6  # G_2 = 7
+    assert torch.equal(keep, torch.ones(T, 1, 2))
+    # Through IQL's targets: whatever Q' says (100 everywhere, zero views included), y_1 = r_1 + gamma G_2.
+    next_q = torch.where(death > 0, tail, torch.full((T, 1, 2), 100.0))
+    y = m.td_lambda_targets(rewards, next_q, won, torch.maximum(torch.maximum(ended[..., None], won), death),
+                            gamma, 0.6)
+    assert y[1, 0, 1] == 2 + 0.5 * 7
+    assert y[1, 0, 0] != y[1, 0, 1]  # the live unit still bootstraps from Q'
+    cut = torch.zeros(T, 1, 2)  # the same battle ended by the clock: no return after the death is known
+    death, _, keep = m.after_death(rewards, alive, step_mask, ended, cut, gamma)
+    assert keep[1, 0, 1] == 0 and keep.sum() == T * 2 - 1
+    no_deaths = m.after_death(rewards, torch.ones(T, 1, 2), step_mask, ended, won, gamma)
+    assert no_deaths[0].sum() == 0 and torch.equal(no_deaths[2], torch.ones(T, 1, 2))
+    leaves = won.clone()
+    leaves[1, 0, 1] = 1.0  # an agent that leaves for good (MAgent2) is terminated at its death: nothing to do
+    assert m.after_death(rewards, alive, step_mask, ended, leaves, gamma)[0].sum() == 0
+
+
 # ---------------------------------------------------------------------------- acting
 def test_epsilon_greedy_honours_masks():
     q = torch.tensor([[[5.0, 1.0, 9.0]]]).expand(200, 1, 3)  # (E, N, A): action 2 is best but unavailable
