@@ -27,7 +27,7 @@ from common.groups import GroupArgs, check_group_args, param_layout, policy_map
 from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
                               seed_everything, start_or_resume)
 from envs import discrete_hint, make_env, parse_env_kwargs
-from nets import PerGroup, QPLEXMixer, QPolicy, ValueNorm
+from nets import PerGroup, QPLEXMixer, QPolicy, RunningNorm, ValueNorm
 
 
 ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
@@ -85,6 +85,10 @@ class Args(GroupArgs, RunArgs):
     """env steps over which epsilon falls linearly from eps_start to eps_finish"""
     standardise_rewards: bool = True
     """divide the team reward by its running standard deviation (same optimal policy, better-scaled TD errors)"""
+    state_norm: bool = False
+    """feed the mixer the global state standardised per feature with running statistics of the states
+    played. SMAX's state holds raw map coordinates (0-32): fed as they are, QMIX's mixer starts at a
+    Q_tot of about 40 where returns are at most 6, and its Q values diverge there"""
     last_action_input: bool = True
     """append the one-hot of the agent's previous action to its input"""
     recurrent: Literal["gru", "none"] = "gru"
@@ -192,15 +196,16 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def checkpoint_payload(args, teams, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer,
-                       sample_gen, global_step, iteration, updates, fresh):
+def checkpoint_payload(args, teams, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, state_norm,
+                       buffer, sample_gen, global_step, iteration, updates, fresh):
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts;
     `fresh`: every env copy stands at an episode's start, so the next iteration does not reset. The agent
     network is saved as "q_net": "agents" holds the agent names (teams.payload, for --load-group)."""
     return {"algo": ALGO, "args": args_dict(args), "q_net": agents.state_dict(), "mixer": mixer.state_dict(),
             "target_agents": target_agents.state_dict(), "target_mixer": target_mixer.state_dict(),
             "optimizer": optimizer.state_dict(), "reward_norm": reward_norm.state_dict(),
-            "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
+            "state_norm": state_norm.state_dict(), "replay": buffer.state_dict(), "global_step": global_step,
+            "iteration": iteration, "updates": updates,
             "rng": rng_state(), "sample_rng": sample_gen.get_state(), "fresh": fresh, **teams.payload(q_net=agents)}
 
 
@@ -236,6 +241,7 @@ def main(args: Args) -> dict:
     optimizer = torch.optim.Adam(params, lr=args.learning_rate, fused=True)  # one kernel for every tensor
     # Running scale of each team's reward (rivals' rewards are never pooled); one team: scalar, as always
     reward_norm = ValueNorm(groups=list(range(K)) if K > 1 else None).to(device)
+    state_norm = RunningNorm(envs.state_dim).to(device)  # per feature, of the states played (--state-norm)
     # One stored "episode" holds E copies, so the replay keeps buffer_size // E of them.
     buffer = MultiAgentRolloutBuffer(N, capacity=max(1, args.buffer_size // E))
     sample_gen = torch.Generator().manual_seed(args.seed)  # replay draws: same seed, same batches
@@ -245,6 +251,8 @@ def main(args: Args) -> dict:
         for module, key in ((agents, "q_net"), (mixer, "mixer"), (target_agents, "target_agents"),
                             (target_mixer, "target_mixer"), (optimizer, "optimizer"), (reward_norm, "reward_norm")):
             module.load_state_dict(ckpt[key])
+        if "state_norm" in ckpt:  # checkpoints written before --state-norm existed have none
+            state_norm.load_state_dict(ckpt["state_norm"])
         buffer.load_state_dict(ckpt["replay"])
         buffer.capacity = max(1, args.buffer_size // E)
         global_step, start_iteration, updates = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["updates"]
@@ -309,6 +317,9 @@ def main(args: Args) -> dict:
         if args.standardise_rewards:  # running scale of the team rewards, from every real step played
             played = episode["extras"]["valid"].stack()[..., 0].bool()  # (T, E)
             reward_norm.update(teams.team_rewards(episode["rewards"].stack())[played])  # (steps, K)
+        if args.state_norm:  # running statistics of every feature of the states played
+            played = episode["extras"]["valid"].stack()[..., 0].bool()  # (T, E)
+            state_norm.update(episode["team"]["global_states"].stack().flatten(2)[played])  # (steps, state_dim)
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS
@@ -330,6 +341,8 @@ def main(args: Args) -> dict:
             # Inputs for steps 0..T: the observed history plus each episode's final observation.
             obs_all = with_final_step(b["obs"], b["next_obs"], lengths)  # (T+1, B, N, obs_dim)
             state_all = with_final_step(b["global_states"], b["next_global_states"], lengths)
+            if args.state_norm:  # (T+1, B, state_dim), standardised per feature
+                state_all = state_norm(state_all.flatten(2))
             mask_all = (with_final_step(b["action_masks"], b["next_action_masks"], lengths).bool()
                         if "action_masks" in b else None)  # (T+1, B, N, A)
             # Agents that left early (MAgent2 deaths) are out of the mix, as in algos/qmix.py: a dead agent's
@@ -390,14 +403,14 @@ def main(args: Args) -> dict:
         train_returns, train_lengths, agent_returns = [], [], []
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
-                args, teams, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen,
-                global_step, iteration, updates, fresh))
+                args, teams, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, state_norm, buffer,
+                sample_gen, global_step, iteration, updates, fresh))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
     recorder.final_evaluation(eval_envs, teams.policy(agents), global_step, groups)
     recorder.save_checkpoint(checkpoint_payload(
-        args, teams, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, buffer, sample_gen,
-        global_step, iteration, updates, fresh))
+        args, teams, agents, mixer, target_agents, target_mixer, optimizer, reward_norm, state_norm, buffer,
+        sample_gen, global_step, iteration, updates, fresh))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 

@@ -562,6 +562,39 @@ class ValueNorm(nn.Module):
         return x * var.sqrt() + mean
 
 
+class RunningNorm(nn.Module):
+    """Per-feature running mean and variance of an input, and the input standardised with them
+    (gymnasium's NormalizeObservation, kept as buffers so that checkpoints hold it).
+
+    update(x (..., D)) folds a batch in with exact counts (the parallel form of Welford's algorithm);
+    forward(x (..., D)) = clip((x - mean) / sqrt(var + epsilon), -clip, clip). A feature that has
+    been constant so far maps to 0.
+    """
+
+    def __init__(self, dim: int, clip: float = 10.0, epsilon: float = 1e-8):
+        super().__init__()
+        self.clip, self.epsilon = clip, epsilon
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("count", torch.tensor(0.0))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, x.shape[-1]).to(self.mean.dtype)
+        n = x.shape[0]
+        if n == 0:
+            return
+        batch_mean, batch_var = x.mean(0), x.var(0, unbiased=False)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.var.copy_((self.var * self.count + batch_var * n + delta**2 * self.count * n / total) / total)
+        self.mean.add_(delta * n / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean) / torch.sqrt(self.var + self.epsilon)).clamp(-self.clip, self.clip)
+
+
 def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
     """1 - Var[target - pred] / Var[target]; 1 is perfect, 0 no better than a constant."""
     var = target.var()

@@ -183,10 +183,14 @@ COMMON = {
 SIBLINGS = {
     ("vdn", "qmix"): {**COMMON,
                       "imports": "QMIX imports its mixer",
-                      "episode_ends": "QMIX's optional per-step buffer (VDN has no such option)"},
+                      "episode_ends": "QMIX's optional per-step buffer (VDN has no such option)",
+                      "checkpoint_payload": "QMIX saves the normaliser of the state its mixer reads "
+                                             "(VDN reads none)"},
     ("vdn", "qplex"): {**COMMON,
                        "imports": "QPLEX imports its mixer",
-                       "episode_ends": "QPLEX's optional per-step buffer (VDN has no such option)"},
+                       "episode_ends": "QPLEX's optional per-step buffer (VDN has no such option)",
+                       "checkpoint_payload": "QPLEX saves the normaliser of the state its mixer reads "
+                                             "(VDN reads none)"},
     ("qmix", "qplex"): {**COMMON, "imports": "each imports its own mixer"},
     ("itrpo", "matrpo"): {**COMMON, "imports": "MATRPO imports the centralised input's shape",
                           "local_critic_inputs": "ITRPO's critic sees the agent's own observation",
@@ -296,15 +300,15 @@ SHARED_BLOCKS = [
     ("itrpo", "matrpo", 'rollout_s = time.time() - t_rollout', 93),
     ("maa2c", "matrpo", 'if mask is not None:', 49),
     ("qmix", "qplex", 'ALGO = Path(__file__).stem  # runs, checkpoints and', 54),
-    ("qmix", "qplex", 'return agents, mixer', 105),
-    ("qmix", "qplex", 'reward_norm = ValueNorm(groups=list(range(K)) if K > 1 else', 91),
+    ("qmix", "qplex", 'return agents, mixer', 106),
+    ("qmix", "qplex", 'reward_norm = ValueNorm(groups=list(range(K)) if K > 1 else', 97),
     ("qmix", "qplex", 'targets = td_lambda_targets(team_reward, next_q_tot,', 42),
-    ("qmix", "vdn", 'def with_final_step(x: torch.Tensor, final: torch.Tensor,', 61),
-    ("qmix", "vdn", 'reward_norm = ValueNorm(groups=list(range(K)) if K > 1 else', 86),
-    ("qmix", "vdn", 'tq_all, _ = target_agents.q_values(obs_all, last_all,', 50),
-    ("qplex", "vdn", 'def with_final_step(x: torch.Tensor, final: torch.Tensor,', 61),
-    ("qplex", "vdn", 'target_agents, target_mixer = copy.deepcopy(agents),', 90),
-    ("qplex", "vdn", 'targets = td_lambda_targets(team_reward, next_q_tot,', 42),
+    ("qmix", "vdn", 'def with_final_step(x: torch.Tensor, final: torch.Tensor,', 23),
+    ("qmix", "vdn", 'buffer.load_state_dict(ckpt["replay"])', 64),
+    ("qmix", "vdn", 'tq_all, _ = target_agents.q_values(obs_all, last_all,', 36),
+    ("qplex", "vdn", 'def with_final_step(x: torch.Tensor, final: torch.Tensor,', 23),
+    ("qplex", "vdn", 'buffer.load_state_dict(ckpt["replay"])', 64),
+    ("qplex", "vdn", 'targets = td_lambda_targets(team_reward, next_q_tot,', 28),
 ]
 
 

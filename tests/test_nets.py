@@ -1,4 +1,4 @@
-"""Network parts: ValueNorm, batched per-agent layers, parameter sharing, masked action
+"""Network parts: ValueNorm, RunningNorm, batched per-agent layers, parameter sharing, masked action
 distributions and recurrent cores with episode resets."""
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.distributions import Normal
 
-from nets import MLP, AgentLinear, AgentNet, MaskedCategorical, MaskedGaussian, RecurrentCore, ValueNorm
+from nets import MLP, AgentLinear, AgentNet, MaskedCategorical, MaskedGaussian, RecurrentCore, RunningNorm, ValueNorm
 
 
 # ----------------------------------------------------------------------------- ValueNorm
@@ -38,6 +38,26 @@ def test_value_norm_statistics_are_saved_with_the_model():
     restored = ValueNorm()
     restored.load_state_dict(vn.state_dict())
     assert restored.stats()[0].item() == pytest.approx(7.0)
+
+
+def test_running_norm_equals_the_statistics_of_everything_seen():
+    """Batches folded in one by one give the mean and variance of all of them at once, per feature;
+    a feature constant so far maps to 0, and a far outlier is clipped."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3000, 3, generator=g) * torch.tensor([1.0, 10.0, 0.0]) + torch.tensor([0.0, 16.0, 2.0])
+    norm = RunningNorm(3)
+    for chunk in (x[:7], x[7:1000], x[1000:]):
+        norm.update(chunk.view(-1, 1, 3))  # any leading shape
+    torch.testing.assert_close(norm.mean, x.mean(0))
+    torch.testing.assert_close(norm.var, x.var(0, unbiased=False), rtol=1e-4, atol=1e-6)
+    z = norm(x)
+    torch.testing.assert_close(z[:, :2].mean(0), torch.zeros(2), atol=1e-4, rtol=0)
+    torch.testing.assert_close(z[:, :2].std(0), torch.ones(2), atol=1e-3, rtol=0)
+    assert torch.equal(z[:, 2], torch.zeros(3000))
+    assert norm(torch.tensor([0.0, 1e6, 2.0]))[1] == norm.clip
+    restored = RunningNorm(3)
+    restored.load_state_dict(norm.state_dict())
+    assert torch.equal(restored(x), z)
 
 
 # ----------------------------------------------------------------------------- per-agent layers

@@ -308,6 +308,23 @@ def test_resume_restores_replay_and_counters(tmp_path):
     assert resumed["global_step"] == 300 and resumed["run_dir"] == first["run_dir"]
 
 
+@pytest.mark.parametrize("algo", ["qmix", "qplex"])
+def test_state_norm_standardises_the_mixers_state_and_resumes(algo, tmp_path):
+    """--state-norm: the running statistics come from the states played, are saved, and a resumed run
+    carries them on (SMAX's raw coordinates are the case it is for)."""
+    m = MODULES[algo]
+    first = m.main(tiny(algo, tmp_path, env="torch:smax_3m", state_norm=True, total_timesteps=300))
+    ckpt = torch.load(os.path.join(first["run_dir"], "checkpoint.pt"), weights_only=True)
+    saved = ckpt["state_norm"]
+    assert saved["count"] >= 300 // 3 and saved["mean"].abs().max() > 1.0  # map coordinates, not fractions
+    assert (saved["var"] > 0).any()
+    resumed = m.main(make_args(m.Args, resume=first["run_dir"], total_timesteps=600))
+    later = torch.load(os.path.join(resumed["run_dir"], "checkpoint.pt"), weights_only=True)["state_norm"]
+    assert later["count"] > saved["count"]
+    off = m.main(tiny(algo, tmp_path / "off", env="torch:smax_3m", total_timesteps=300))
+    assert torch.load(os.path.join(off["run_dir"], "checkpoint.pt"), weights_only=True)["state_norm"]["count"] == 0
+
+
 def test_same_seed_same_losses(tmp_path):
     m = MODULES["qmix"]
     a = m.main(tiny("qmix", tmp_path / "a", env="torch:simple_spread"))
