@@ -28,7 +28,7 @@ from common.groups import GroupArgs, check_group_args, param_layout, policy_map
 from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
                               seed_everything, start_or_resume)
 from envs import make_env, parse_env_kwargs, with_continuous_actions
-from nets import Critic, DeterministicActor, NonMonotonicMixer, PerGroup, QMixer, VDNMixer
+from nets import Critic, DeterministicActor, NonMonotonicMixer, PerGroup, QMixer, RunningNorm, VDNMixer
 
 
 ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
@@ -98,6 +98,9 @@ class Args(GroupArgs, RunArgs):
     """width of the mixing network"""
     hypernet_hidden: int = 64
     """hidden width of the hypernetworks that produce the mixing weights from the state"""
+    state_norm: bool = False
+    """feed the mixer the global state standardised per feature with running statistics of the states
+    played (as algos/qmix.py: SMAX's state holds raw map coordinates, on which QMIX's mixer diverges)"""
 
     @property
     def steps_per_iteration(self) -> int:
@@ -216,13 +219,14 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def checkpoint_payload(args, teams, actor, critic, mixer, target_actor, target_critic, target_mixer, actor_optimizer,
-                       critic_optimizer, buffer, sample_gen, global_step, iteration, updates):
+                       critic_optimizer, state_norm, buffer, sample_gen, global_step, iteration, updates):
     """Everything a resumed run needs (the replay included), in types weights_only=True accepts."""
     return {"algo": ALGO, "args": args_dict(args), "actor": actor.state_dict(), "critic": critic.state_dict(),
             "mixer": mixer.state_dict(), "target_actor": target_actor.state_dict(),
             "target_critic": target_critic.state_dict(), "target_mixer": target_mixer.state_dict(),
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
-            "replay": buffer.state_dict(), "global_step": global_step, "iteration": iteration, "updates": updates,
+            "state_norm": state_norm.state_dict(), "replay": buffer.state_dict(), "global_step": global_step,
+            "iteration": iteration, "updates": updates,
             "rng": rng_state(), "sample_rng": sample_gen.get_state(), **teams.payload(actor=actor, critic=critic)}
 
 
@@ -260,6 +264,7 @@ def main(args: Args) -> dict:
     critic_params = list(team_critic.parameters())
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.actor_learning_rate, foreach=True)
     critic_optimizer = torch.optim.Adam(critic_params, lr=args.critic_learning_rate, foreach=True)
+    state_norm = RunningNorm(envs.state_dim).to(device)  # per feature, of the states played (--state-norm)
     # One stored entry is one iteration: T steps of E copies, so the replay keeps buffer_size // (T E) of them.
     capacity = args.buffer_size // args.steps_per_iteration
     buffer = MultiAgentRolloutBuffer(N, capacity=capacity)
@@ -271,6 +276,8 @@ def main(args: Args) -> dict:
                             (target_critic, "target_critic"), (target_mixer, "target_mixer"),
                             (actor_optimizer, "actor_optimizer"), (critic_optimizer, "critic_optimizer")):
             module.load_state_dict(ckpt[key])
+        if "state_norm" in ckpt:  # checkpoints written before --state-norm existed have none
+            state_norm.load_state_dict(ckpt["state_norm"])
         buffer.load_state_dict(ckpt["replay"])
         buffer.capacity = capacity
         global_step, start_iteration, updates = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["updates"]
@@ -301,6 +308,8 @@ def main(args: Args) -> dict:
             final_state = torch.as_tensor(result.final_state, device=device)
             # the mixer's state: an entry of the whole team, one per env copy
             team, extras = {"global_states": state, "next_global_states": final_state}, {}  # team: (E, S) each
+            if args.state_norm:  # running statistics of every feature of the states played
+                state_norm.update(state.flatten(1))
             if mask is not None:
                 final_mask = result.final_action_mask if result.final_action_mask is not None else result.action_mask
                 extras.update(action_masks=mask, next_action_masks=torch.as_tensor(final_mask, device=device))
@@ -330,6 +339,8 @@ def main(args: Args) -> dict:
             b = {k: v.transpose(0, 1).flatten(0, 1) for k, v in b.items() if k != "filled"}
             obs_b, next_obs_b, actions, alive = b["obs"], b["next_obs"], b["actions"], b["alive"]
             state_b, next_state_b = b["global_states"], b["next_global_states"]  # (B, S)
+            if args.state_norm:  # standardised per feature
+                state_b, next_state_b = state_norm(state_b.flatten(1)), state_norm(next_state_b.flatten(1))
             team_reward = teams.team_rewards(b["rewards"])  # (B, K) each learning team's, R_pz3 units for mpe2
             # A team's episode is over where none of its agents goes on: each terminated, truncated or gone already
             # (an agent that dies mid-episode, as in MAgent2, ends its own part only); cut by the clock where
@@ -393,13 +404,13 @@ def main(args: Args) -> dict:
         if recorder.checkpoint_due(global_step):  # every --checkpoint-every steps, and on Ctrl-C
             recorder.save_checkpoint(checkpoint_payload(
                 args, teams, actor, critic, mixer, target_actor, target_critic, target_mixer, actor_optimizer,
-                critic_optimizer, buffer, sample_gen, global_step, iteration, updates))
+                critic_optimizer, state_norm, buffer, sample_gen, global_step, iteration, updates))
 
     # Final greedy evaluation (unless one just ran) and the run's files.
     recorder.final_evaluation(eval_envs, teams.policy(actor), global_step, teams.members)
     recorder.save_checkpoint(checkpoint_payload(
         args, teams, actor, critic, mixer, target_actor, target_critic, target_mixer, actor_optimizer,
-        critic_optimizer, buffer, sample_gen, global_step, args.num_iterations, updates))
+        critic_optimizer, state_norm, buffer, sample_gen, global_step, args.num_iterations, updates))
     summary = recorder.finish(global_step, stats, close=(envs, eval_envs))  # writes summary.json, closes the envs
     return summary
 

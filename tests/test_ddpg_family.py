@@ -298,6 +298,19 @@ def test_resume_of_the_other_layouts(algo, tmp_path):
     assert math.isfinite(m.main(tiny(algo, tmp_path, evaluate_checkpoint=first["run_dir"]))["eval_return_mean"])
 
 
+def test_facmac_state_norm_reads_the_states_played_and_resumes(tmp_path):
+    """--state-norm (as QMIX's): FACMAC's mixer reads SMAX's state standardised with running statistics of the
+    states played, saved in the checkpoint and carried on by a resumed run."""
+    m = MODULES["facmac"]
+    first = m.main(tiny("facmac", tmp_path, env="torch:smax_3m", state_norm=True))
+    saved = torch.load(os.path.join(first["run_dir"], "checkpoint.pt"), weights_only=True)["state_norm"]
+    assert saved["count"] == 40 and saved["mean"].abs().max() > 1.0  # one state per env step; map coordinates
+    resumed = m.main(make_args(m.Args, resume=first["run_dir"], total_timesteps=60))
+    assert all(math.isfinite(v) for v in resumed["final_losses"].values())
+    later = torch.load(os.path.join(first["run_dir"], "checkpoint.pt"), weights_only=True)["state_norm"]
+    assert later["count"] == 60
+
+
 @pytest.mark.parametrize("algo", ["maddpg", "matd3"])
 def test_same_seed_same_losses(algo, tmp_path):
     m = MODULES[algo]
