@@ -308,8 +308,6 @@ def main(args: Args) -> dict:
             final_state = torch.as_tensor(result.final_state, device=device)
             # the mixer's state: an entry of the whole team, one per env copy
             team, extras = {"global_states": state, "next_global_states": final_state}, {}  # team: (E, S) each
-            if args.state_norm:  # running statistics of every feature of the states played
-                state_norm.update(state.flatten(1))
             if mask is not None:
                 final_mask = result.final_action_mask if result.final_action_mask is not None else result.action_mask
                 extras.update(action_masks=mask, next_action_masks=torch.as_tensor(final_mask, device=device))
@@ -327,7 +325,9 @@ def main(args: Args) -> dict:
                 train_returns.extend(episode_return.sum(-1).tolist())
                 agent_returns.extend(episode_return.tolist())
                 train_lengths.extend(torch.as_tensor(result.episode_length).cpu()[done].tolist())
-        buffer.end_episode()
+        episode = buffer.end_episode()
+        if args.state_norm:  # running statistics of every feature of the states played, (T, E, S) at once
+            state_norm.update(episode["team"]["global_states"].stack().flatten(2))
         rollout_s = time.time() - t_rollout
 
 # ============================================================================ 6. POSTPROCESS

@@ -313,11 +313,10 @@ def main(args: Args) -> dict:
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             starts = torch.zeros(1, E, N, device=device)
         episode = buffer.end_episode()
-        if args.standardise_rewards:  # running scale of the team rewards, from every real step played
-            played = episode["extras"]["valid"].stack()[..., 0].bool()  # (T, E)
+        played = episode["extras"]["valid"].stack()[..., 0].bool()  # (T, E) every real step played
+        if args.standardise_rewards:  # running scale of the team rewards
             reward_norm.update(teams.team_rewards(episode["rewards"].stack())[played])  # (steps, K)
         if args.state_norm:  # running statistics of every feature of the states played
-            played = episode["extras"]["valid"].stack()[..., 0].bool()  # (T, E)
             state_norm.update(episode["team"]["global_states"].stack().flatten(2)[played])  # (steps, state_dim)
         rollout_s = time.time() - t_rollout
 

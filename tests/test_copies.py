@@ -301,7 +301,7 @@ SHARED_BLOCKS = [
     ("maa2c", "matrpo", 'if mask is not None:', 49),
     ("qmix", "qplex", 'ALGO = Path(__file__).stem  # runs, checkpoints and', 54),
     ("qmix", "qplex", 'return agents, mixer', 106),
-    ("qmix", "qplex", 'reward_norm = ValueNorm(groups=list(range(K)) if K > 1 else', 97),
+    ("qmix", "qplex", 'reward_norm = ValueNorm(groups=list(range(K)) if K > 1 else', 96),
     ("qmix", "qplex", 'targets = td_lambda_targets(team_reward, next_q_tot,', 42),
     ("qmix", "vdn", 'def with_final_step(x: torch.Tensor, final: torch.Tensor,', 23),
     ("qmix", "vdn", 'buffer.load_state_dict(ckpt["replay"])', 64),
