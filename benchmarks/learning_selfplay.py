@@ -10,6 +10,7 @@ the games differ) and a random one; connect four's win-or-block player, alpha-be
 
     python benchmarks/learning_selfplay.py --game tictactoe --algo ippo --seeds 1 2 3 --total-timesteps 2000000 -- --gamma 0.99
     python benchmarks/learning_selfplay.py --game tictactoe --algo ippo --report
+    python benchmarks/learning_selfplay.py --game connect_four --torch-port --seeds 1 --total-timesteps 20000000 -- --gamma 0.99
 
 Bars: tic-tac-toe, at most 2% of 1,000 games lost to the perfect player in each seat; connect four,
 at least 90% won against win-or-block in each seat. Every finished seed writes its JSON under
@@ -74,10 +75,11 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
 
 def train(opts, seed: int, extra) -> str:
     """Train one seed with the algorithm file's own command line; the run folder."""
-    run_dir = os.path.join(opts.run_dir, opts.game, opts.algo, f"seed{seed}")
+    run_dir = os.path.join(opts.run_dir, opts.game + ("_torch" if opts.torch_port else ""), opts.algo, f"seed{seed}")
     done = glob.glob(os.path.join(run_dir, "*", "summary.json"))
     if not done or json.load(open(done[0])).get("status") != "finished":
-        command = [sys.executable, f"algos/{opts.algo}.py", "--env", f"classic:{opts.game}", "--seed", str(seed),
+        env = f"torch:{opts.game}" if opts.torch_port else f"classic:{opts.game}"
+        command = [sys.executable, f"algos/{opts.algo}.py", "--env", env, "--seed", str(seed),
                    "--total-timesteps", str(opts.total_timesteps), "--run-dir", run_dir,
                    "--torch-threads", str(opts.torch_threads), *extra]
         if done:
@@ -105,7 +107,9 @@ def score(opts, seed: int, run_path: str) -> dict:
 
 
 def report(opts) -> list:
-    rows = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(opts.out_dir, f"{opts.game}_{opts.algo}_*.json")))]
+    port = "_torch" if opts.torch_port else ""  # runs trained on the torch port are reported apart
+    pattern = os.path.join(opts.out_dir, f"{opts.game}_{opts.algo}_*k{port}_seed*.json")
+    rows = [json.load(open(p)) for p in sorted(glob.glob(pattern))]
     if not rows:
         print("no results yet")
         return rows
@@ -137,14 +141,21 @@ def main(argv=None):
     parser.add_argument("--total-timesteps", type=int, default=2_000_000)
     parser.add_argument("--games", type=int, default=1000, help="games per seat and opponent")
     parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--torch-port", action="store_true",
+                        help="train on the game's torch port (torch:connect_four: the same game, every copy in one "
+                             "batched step); scored on PettingZoo's game as always")
     parser.add_argument("--run-dir", default="runs/selfplay")
     parser.add_argument("--out-dir", default="benchmarks/results/selfplay")
     parser.add_argument("--report", action="store_true", help="print the table of what --out-dir holds")
     opts = parser.parse_args(argv)
+    if opts.torch_port and opts.game != "connect_four":
+        parser.error(f"--torch-port: {opts.game} has no torch port; connect_four has (torch:connect_four)")
     if not opts.report:
         os.makedirs(opts.out_dir, exist_ok=True)
         for seed in opts.seeds:
-            path = os.path.join(opts.out_dir, f"{opts.game}_{opts.algo}_{opts.total_timesteps // 1000}k_seed{seed}.json")
+            port = "_torch" if opts.torch_port else ""
+            name = f"{opts.game}_{opts.algo}_{opts.total_timesteps // 1000}k{port}_seed{seed}.json"
+            path = os.path.join(opts.out_dir, name)
             if os.path.exists(path):
                 continue
             result = score(opts, seed, train(opts, seed, extra))

@@ -45,7 +45,7 @@ TEAMS = {
 
 # Families whose agents are seats of a game (player_0 against player_1): each agent is a side of its own,
 # except in the cooperative games, where the players are one team (Hanabi: one shared reward).
-SEATED = ("classic:",)
+SEATED = ("classic:", "torch:connect_four")
 COOPERATIVE_GAMES = ("classic:hanabi",)
 
 

@@ -30,11 +30,12 @@ from envs.errors import LIST_ENVS, EnvError, EnvPackageMissing, check_arguments,
 from envs.pettingzoo_vec import PettingZooVecEnv, VecStep
 from envs.matrix_game import PAYOFFS, MatrixGame
 from envs.torch_mpe import TORCH_SCENARIOS, TorchMPE, make_torch_mpe, ported_kwargs
-from envs import gym_multiagent, jaxmarl_vec, mamujoco, torch_mpe, torch_smax, vmas_vec
+from envs import gym_multiagent, jaxmarl_vec, mamujoco, torch_connect_four, torch_mpe, torch_smax, vmas_vec
 from envs.pz_families import PZ_FAMILIES, family_arguments, family_names, family_parallel_env, make_family_env, split_family
 
 TORCH_PREFIX = "torch:"
 SMAX_PREFIX = "torch:smax_"  # the torch port of JaxMARL's SMAX: torch:smax_3m, torch:smax_2s3z, ...
+CONNECT_FOUR = "torch:connect_four"  # the torch port of PettingZoo's classic:connect_four (turn-based)
 
 # bare name -> mpe2 module. Every scenario mpe2 1.1 ships.
 MPE2_SCENARIOS = {
@@ -91,6 +92,7 @@ SCENARIO_LIMITS = {
     "magent2:adversarial_pursuit": {"map_size": (7, None)}, "magent2:battle": {"map_size": (12, None)},
     "magent2:battlefield": {"map_size": (46, None)}, "magent2:combined_arms": {"map_size": (16, None)},
     "magent2:tiger_deer": {"map_size": (10, None)},
+    CONNECT_FOUR: {"board": list(torch_connect_four.BOARDS)},
 }
 
 # Families reached by a prefix: prefix -> (arguments(rest), make(rest, num_envs, seed, env_kwargs,
@@ -117,11 +119,22 @@ def _make_smax(map_name: str, num_envs: int, seed: int, env_kwargs, render_mode,
 SMAX_FAMILY = (torch_smax.arguments, _make_smax, "torch:smax_3m")
 
 
+def _make_connect_four(name: str, num_envs: int, seed: int, env_kwargs, render_mode, device):
+    if render_mode is not None:  # the port does not draw; PettingZoo's game is the same, move for move
+        return make_env("classic:connect_four", num_envs, seed, env_kwargs, render_mode)
+    return torch_connect_four.make(name, num_envs, seed, env_kwargs, device)
+
+
+CONNECT_FOUR_FAMILY = (torch_connect_four.arguments, _make_connect_four, CONNECT_FOUR)
+
+
 def _family(name: str):
     """'lbf:Foraging-8x8-2p-3f-v3' -> (FAMILIES['lbf'], 'Foraging-8x8-2p-3f-v3'), 'torch:smax_3m' ->
     (SMAX_FAMILY, '3m'); other names -> (None, name)."""
     if name.startswith(SMAX_PREFIX):
         return SMAX_FAMILY, name[len(SMAX_PREFIX):]
+    if name == CONNECT_FOUR:
+        return CONNECT_FOUR_FAMILY, "connect_four"
     prefix, sep, rest = name.partition(":")
     return (FAMILIES[prefix], rest) if sep and prefix in FAMILIES else (None, name)
 
@@ -131,12 +144,12 @@ def known_envs() -> list:
     families' scenarios. The lbf/rware/vmas/mamujoco families have too many to list (FAMILIES
     gives an example of each)."""
     return (sorted(MPE2_SCENARIOS) + sorted(TORCH_PREFIX + name for name in TORCH_SCENARIOS)
-            + [SMAX_PREFIX + name for name in torch_smax.MAPS] + sorted(NATIVE_ENVS) + family_names())
+            + [SMAX_PREFIX + name for name in torch_smax.MAPS] + [CONNECT_FOUR] + sorted(NATIVE_ENVS) + family_names())
 
 
 def _split_torch(name: str):
     """'torch:simple_spread_v3' -> (True, 'simple_spread'); other names -> (False, name)."""
-    if not name.startswith(TORCH_PREFIX) or name.startswith(SMAX_PREFIX):  # SMAX goes as a family
+    if not name.startswith(TORCH_PREFIX) or name.startswith(SMAX_PREFIX) or name == CONNECT_FOUR:  # as families
         return False, name
     rest = name[len(TORCH_PREFIX):]
     bare = _mpe2_name(rest)
@@ -188,7 +201,7 @@ def env_maker(name: str):
     if name.startswith(SMAX_PREFIX):
         raise EnvError(f"{name} is a batched torch env with no PettingZoo version; build it with make_env({name!r}, "
                        "num_envs)")
-    family = split_family(name)
+    family = split_family("classic:connect_four" if name == CONNECT_FOUR else name)
     if family is not None:
         return family_parallel_env(*family)
     name = _split_torch(name)[1]

@@ -188,19 +188,21 @@ def test_turn_gae_is_plain_gae_when_every_step_is_a_move():
 
 # ---------------------------------------------------------------------------- the files
 @pytest.mark.parametrize("algo", ["ippo", "mappo"])
-def test_self_play_runs_learn_only_from_moves(algo, tmp_path):
+@pytest.mark.parametrize("env,seats", [("classic:tictactoe", ("player_1", "player_2")),
+                                       ("torch:connect_four", ("player_0", "player_1"))])
+def test_self_play_runs_learn_only_from_moves(algo, env, seats, tmp_path):
     """Both seats share one policy (the default): a few iterations, finite losses, one return per seat."""
     import importlib
     from common.cli import make_args
     module = importlib.import_module(f"algos.{algo}")
-    args = make_args(module.Args, env="classic:tictactoe", num_envs=4, num_steps=16, total_timesteps=256,
+    args = make_args(module.Args, env=env, num_envs=4, num_steps=16, total_timesteps=256,
                      eval_every=0, eval_episodes=4, eval_num_envs=2, hidden_sizes=(16,), cuda=False,
                      run_dir=str(tmp_path))
     summary = module.main(args)
     assert all(np.isfinite(v) for k, v in summary["final_losses"].items() if k != "explained_variance")
     returns = summary["eval_group_returns"]
-    assert set(returns) == {"player_1", "player_2"}
-    assert returns["player_1"] == pytest.approx(-returns["player_2"])  # zero-sum
+    assert set(returns) == set(seats)
+    assert returns[seats[0]] == pytest.approx(-returns[seats[1]])  # zero-sum
 
 
 @pytest.mark.parametrize("algo,own_view", [("ippo", True), ("ia2c", True), ("mappo", False), ("maa2c", False)])

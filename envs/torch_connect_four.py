@@ -1,0 +1,214 @@
+"""Connect four in torch: E games at once, the same game as PettingZoo's `classic:connect_four`
+(`connect_four_v3.env()`), move for move, in the turn-based batched shape of envs/aec_vec.py.
+
+    env = make_env("torch:connect_four", num_envs=1024, seed=0)                 # or device="cuda"
+    env = make_env("torch:connect_four", num_envs=64, env_kwargs={"board": "image"})
+
+Self-play on connect four needs tens of millions of moves; PettingZoo's game steps one copy at a
+time in Python (about 4,600 moves/s with 64 copies here), so the env, not the network, bounds
+training. Here every copy moves in one batched step.
+
+The game (PettingZoo's rules, which the step-for-step test holds the port to):
+- a 6 x 7 board, row 0 at the top; `player_0` moves first, then the two alternate;
+- action c drops the mover's piece into column c, to the lowest empty row; a full column is an
+  illegal move, which ends the game with -1 for the mover and 0 for the other, both agents
+  terminated and truncated (PettingZoo's TerminateIllegalWrapper); the action masks never offer one;
+- four of the mover's pieces in a row, column or diagonal: +1 to the mover, -1 to the other, game
+  over; a full board without one: a draw, 0 each.
+
+What each agent sees (as `classic:connect_four`): its own pieces, then the opponent's, as two
+planes (6, 7, 2), flattened to 84 floats (`board="flat"`, the default) or kept as planes
+(`board="image"`, for a CNN). The global state is both views, one after the other (168 floats).
+`acting` says whose move it is; the mover's mask holds the columns not full, the other agent's
+every action (whatever it picks is not played). Every copy starts from the empty board (the game
+has no chance), and a finished game restarts at once, its last position in `final_obs`.
+"""
+from typing import Dict, Optional, Union
+
+import numpy as np
+import torch
+
+from envs.errors import EnvError, check_arguments
+from envs.pettingzoo_vec import VecStep
+
+ROWS, COLS, IN_A_ROW = 6, 7, 4
+ARGUMENTS = {"board": "flat"}
+BOARDS = ("flat", "image")
+
+
+class TorchConnectFour:
+    """E copies of connect four, two agents (`player_0`, `player_1`), one move per step in every copy.
+    Everything it returns is a torch tensor on `device`."""
+
+    turn_based = True
+    discrete, continuous_actions, has_action_mask = True, False, True
+    dtype = torch.float32
+
+    def __init__(self, num_envs: int, seed: int = 0, device: Union[str, torch.device] = "cpu", board: str = "flat"):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        if board not in BOARDS:
+            raise EnvError(f"board must be one of {', '.join(BOARDS)}, got {board!r}")
+        self.num_envs, self.seed, self.device = num_envs, seed, torch.device(device)
+        self.agents = ["player_0", "player_1"]
+        self.n_agents = N = 2
+        self.image_obs = board == "image"
+        self.obs_shape = (ROWS, COLS, 2) if self.image_obs else (ROWS * COLS * 2,)
+        self.obs_dim = ROWS * COLS * 2
+        self.obs_dims = [self.obs_dim] * N
+        self.obs_dtype = np.float32
+        self.state_dim = N * self.obs_dim
+        self.state_shape = (self.state_dim,)
+        self.n_actions, self.action_dim = COLS, 1
+        self.action_dims = [COLS] * N
+        self.action_dim_mask = np.ones((N, COLS), dtype=bool)
+        E, dev = num_envs, self.device
+        self.board = torch.zeros(E, ROWS, COLS, dtype=torch.long, device=dev)  # 0 empty, 1 player_0's, 2 player_1's
+        self.height = torch.zeros(E, COLS, dtype=torch.long, device=dev)  # pieces in each column
+        self.turn = torch.zeros(E, dtype=torch.long, device=dev)  # whose move: 0 or 1
+        self._ep_return = torch.zeros(E, N, device=dev)
+        self._ep_length = torch.zeros(E, dtype=torch.long, device=dev)
+        self._rows = torch.arange(E, device=dev)
+        self._seats = torch.arange(N, device=dev)
+
+    # ------------------------------------------------------------------ what the agents see
+    def _views(self, board: torch.Tensor) -> torch.Tensor:
+        """(E, N, 6, 7, 2): agent n's pieces, then the other's, from `board` (E, 6, 7)."""
+        mine = board[:, None] == (self._seats + 1)[None, :, None, None]  # (E, N, 6, 7)
+        theirs = board[:, None] == (2 - self._seats)[None, :, None, None]
+        return torch.stack([mine, theirs], -1).to(self.dtype)
+
+    def _masks(self, height: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
+        """(E, N, 7): the selected agent's legal columns (every column if none is), every action for the other."""
+        legal = height < ROWS
+        legal = legal | ~legal.any(-1, keepdim=True)
+        picked = (self._seats[None] == selected[:, None])[..., None]  # (E, N, 1)
+        return torch.where(picked, legal[:, None], torch.ones_like(legal[:, None]))
+
+    def _observe(self, board: torch.Tensor, height: torch.Tensor, selected: torch.Tensor):
+        views = self._views(board)
+        state = views.reshape(self.num_envs, self.state_dim)
+        obs = views if self.image_obs else views.reshape(self.num_envs, self.n_agents, self.obs_dim)
+        return obs, state, self._masks(height, selected)
+
+    def observe(self):
+        """(obs, state, action_mask) of the current positions."""
+        return self._observe(self.board, self.height, self.turn)
+
+    @property
+    def acting(self) -> torch.Tensor:
+        """(E, N) bool: the agent to move in each copy."""
+        return self._seats[None] == self.turn[:, None]
+
+    def action_mask(self) -> torch.Tensor:
+        return self._masks(self.height, self.turn)
+
+    # ------------------------------------------------------------------ the game
+    @staticmethod
+    def four_in_a_row(pieces: torch.Tensor) -> torch.Tensor:
+        """(E,) bool: (E, 6, 7) bool `pieces` hold four in a row, a column or a diagonal."""
+        k = IN_A_ROW
+        found = torch.zeros(pieces.shape[0], dtype=torch.bool, device=pieces.device)
+        for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):  # right, down, down-right, down-left
+            rows, cols = ROWS - dr * (k - 1), COLS - abs(dc) * (k - 1)
+            c0 = 0 if dc >= 0 else k - 1
+            line = torch.ones(pieces.shape[0], rows, cols, dtype=torch.bool, device=pieces.device)
+            for i in range(k):
+                line = line & pieces[:, dr * i: dr * i + rows, c0 + dc * i: c0 + dc * i + cols]
+            found = found | line.flatten(1).any(-1)
+        return found
+
+    def reset(self):
+        """Empty boards, player_0 to move. Returns (obs, state, action_mask); whose move it is is in `acting`."""
+        self.board.zero_()
+        self.height.zero_()
+        self.turn.zero_()
+        self._ep_return.zero_()
+        self._ep_length.zero_()
+        return self.observe()
+
+    def step(self, actions) -> VecStep:
+        """Play the mover's action in every copy: actions (E, N) ints (tensor or array); the other
+        agent's entries are not played."""
+        E, N = self.num_envs, self.n_agents
+        actions = torch.as_tensor(actions, device=self.device).long().reshape(E, N)
+        mover = self.turn
+        col = actions.gather(1, mover[:, None]).squeeze(1).clamp(0, COLS - 1)
+        illegal = self.height.gather(1, col[:, None]).squeeze(1) >= ROWS
+        row = (ROWS - 1 - self.height.gather(1, col[:, None]).squeeze(1)).clamp(min=0)
+        piece = torch.where(illegal, self.board[self._rows, row, col], mover + 1)
+        self.board[self._rows, row, col] = piece
+        self.height[self._rows, col] += (~illegal).long()
+        won = ~illegal & self.four_in_a_row(self.board == (mover + 1)[:, None, None])
+        full = self.height.sum(-1) == ROWS * COLS
+        done = illegal | won | full
+        mover_hot = (self._seats[None] == mover[:, None]).to(self.dtype)  # (E, N)
+        # a win: +1 the mover, -1 the other; an illegal move: -1 the mover, 0 the other; a draw: 0
+        reward = torch.where(won[:, None], 2 * mover_hot - 1, torch.zeros_like(mover_hot))
+        reward = reward - illegal[:, None].to(self.dtype) * mover_hot
+        # PettingZoo's agent_selection after the move: the other agent, or after an illegal move the first agent
+        selected = torch.where(illegal, torch.zeros_like(mover), 1 - mover)
+        final_obs, final_state, final_mask = self._observe(self.board, self.height, selected)
+        self.turn = 1 - mover
+        self._ep_return += reward
+        self._ep_length += 1
+        episode_return = torch.where(done[:, None], self._ep_return, torch.zeros_like(self._ep_return))
+        episode_length = torch.where(done, self._ep_length, torch.zeros_like(self._ep_length))
+        obs, state, mask = final_obs, final_state, final_mask
+        if bool(done.any()):
+            self.board[done] = 0
+            self.height[done] = 0
+            self.turn[done] = 0
+            self._ep_return[done] = 0.0
+            self._ep_length[done] = 0
+            obs, state, mask = self.observe()
+        terminated = done[:, None].expand(E, N)
+        return VecStep(obs=obs, state=state, reward=reward, terminated=terminated,
+                       truncated=illegal[:, None].expand(E, N), alive=torch.ones_like(terminated),
+                       action_mask=mask, final_obs=final_obs, final_state=final_state, done=done,
+                       episode_return=episode_return, episode_length=episode_length, final_action_mask=final_mask,
+                       acting=self.acting)
+
+    def sample_actions(self, rng: Optional[np.random.Generator] = None) -> torch.Tensor:
+        """(E, N) uniform random legal moves (every agent gets one; only the mover's is played)."""
+        rng = rng if rng is not None else np.random.default_rng(self.seed)
+        logits = torch.as_tensor(rng.random((self.num_envs, self.n_agents, self.n_actions)), device=self.device)
+        return torch.where(self.action_mask(), logits, -1.0).argmax(-1)
+
+    # ------------------------------------------------------------------ exact resume
+    _STATE = ("board", "height", "turn", "_ep_return", "_ep_length")
+
+    def state_dict(self) -> Dict[str, torch.Tensor]:
+        """Every copy's position and its episode's running return, as plain tensors."""
+        return {name: getattr(self, name).clone() for name in self._STATE}
+
+    def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
+        """Put back what `state_dict()` saved (same number of copies)."""
+        for name, value in state.items():
+            current = getattr(self, name)
+            if value.shape != current.shape:
+                raise ValueError(f"torch:connect_four: saved {name} has shape {tuple(value.shape)}, this env "
+                                 f"{tuple(current.shape)} (another number of copies)")
+            setattr(self, name, value.to(device=self.device, dtype=current.dtype).clone())
+
+    def render(self):
+        raise NotImplementedError("torch:connect_four draws through its PettingZoo twin: make_env(..., "
+                                  "render_mode=...) builds classic:connect_four, the same game")
+
+    def close(self) -> None:
+        pass
+
+
+def arguments(name: str = "connect_four") -> Dict[str, object]:
+    return dict(ARGUMENTS)
+
+
+def make(name: str, num_envs: int, seed: int = 0, env_kwargs: Optional[Dict[str, object]] = None,
+         device=None) -> TorchConnectFour:
+    """E copies of connect four; arguments checked first (EnvError)."""
+    kwargs = dict(env_kwargs or {})
+    check_arguments(f"torch:{name}", kwargs, arguments(name), limits={"board": list(BOARDS)})
+    return TorchConnectFour(num_envs, seed, device or "cpu", **kwargs)
+
+
+__all__ = ["TorchConnectFour", "make", "arguments", "ROWS", "COLS"]
