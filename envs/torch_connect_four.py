@@ -68,6 +68,7 @@ class TorchConnectFour:
         self.turn = torch.zeros(E, dtype=torch.long, device=dev)  # whose move: 0 or 1
         self._ep_return = torch.zeros(E, N, device=dev)
         self._ep_length = torch.zeros(E, dtype=torch.long, device=dev)
+        self.gen = torch.Generator(device=dev).manual_seed(seed)  # sample_actions() without a numpy generator
         self._rows = torch.arange(E, device=dev)
         self._seats = torch.arange(N, device=dev)
 
@@ -171,20 +172,24 @@ class TorchConnectFour:
 
     def sample_actions(self, rng: Optional[np.random.Generator] = None) -> torch.Tensor:
         """(E, N) uniform random legal moves (every agent gets one; only the mover's is played)."""
-        rng = rng if rng is not None else np.random.default_rng(self.seed)
-        logits = torch.as_tensor(rng.random((self.num_envs, self.n_agents, self.n_actions)), device=self.device)
+        shape = (self.num_envs, self.n_agents, self.n_actions)
+        logits = (torch.rand(shape, generator=self.gen, device=self.device) if rng is None
+                  else torch.as_tensor(rng.random(shape), device=self.device))
         return torch.where(self.action_mask(), logits, -1.0).argmax(-1)
 
     # ------------------------------------------------------------------ exact resume
     _STATE = ("board", "height", "turn", "_ep_return", "_ep_length")
 
     def state_dict(self) -> Dict[str, torch.Tensor]:
-        """Every copy's position and its episode's running return, as plain tensors."""
-        return {name: getattr(self, name).clone() for name in self._STATE}
+        """Every copy's position, its episode's running return and the generator, as plain tensors."""
+        return {**{name: getattr(self, name).clone() for name in self._STATE}, "gen": self.gen.get_state()}
 
     def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
         """Put back what `state_dict()` saved (same number of copies)."""
         for name, value in state.items():
+            if name == "gen":
+                self.gen.set_state(value.cpu())
+                continue
             current = getattr(self, name)
             if value.shape != current.shape:
                 raise ValueError(f"torch:connect_four: saved {name} has shape {tuple(value.shape)}, this env "
