@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, RunArgs, check_args, run_cli
+from common.cli import ConfigError, RunArgs, check_args, factored_actions, run_cli
 from common.gnn_args import GNNArgs, check_gnn_args, graph_net
 from common.groups import GroupArgs, check_group_args, param_layout, policy_map
 from common.turns import is_turn_based, turn_gae, whose_move
@@ -92,6 +92,9 @@ class Args(GroupArgs, GNNArgs, RunArgs):  # bases last to first: --help lists Ru
     """hidden layer widths of actor and critic"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation"""
+    factored_actions: bool = False
+    """where each action is a tuple of choices (simple_reference's move and word, env.action_factors), one
+    categorical per choice, their logits summed into the joint action's (nets.Actor); off: one logit per action"""
     critic_model: Literal["mlp", "gnn"] = "mlp"
     """critic body: "mlp", or "gnn", a graph over the agents with each agent's observation as its node, its
     outputs pooled by --gnn-critic-pool"""
@@ -137,7 +140,7 @@ def build_networks(args: Args, env, device):
     actor_net = graph_net(args, env, action_size, out_gain=0.01) if args.actor_model == "gnn" else None
     actor = Actor(obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
                   sets, args.hidden_sizes, args.recurrent, args.activation, net=actor_net,
-                  obs_sizes=env.obs_dims).to(device)
+                  obs_sizes=env.obs_dims, action_factors=factored_actions(args, env)).to(device)
     critic_dim = centralised_input_shape(args, env)  # the state (an image gets a CNN) or all observations
     critic_net = graph_net(args, env, 1, 1.0, args.gnn_critic_pool) if args.critic_model == "gnn" else None
     # --share-critic: one parameter set serves every agent (the one-hot tells it whose value to predict), so the

@@ -248,6 +248,21 @@ RANGES = {
 }
 
 
+def factored_actions(args, env):
+    """The action factors for nets.Actor's factored head: the env's `action_factors` when the file's
+    --factored-actions is on, None when it is off. An env without joint actions to factor, or a graph
+    actor (its own head), fails with what is accepted."""
+    if not getattr(args, "factored_actions", False):
+        return None
+    factors = getattr(env, "action_factors", None)
+    if factors is None:
+        raise ConfigError(f"--factored-actions: {args.env} has no joint discrete actions to factor; the torch port "
+                          "says where every agent picks a (move, word) pair (torch:simple_reference)")
+    if getattr(args, "actor_model", "mlp") != "mlp":
+        raise ConfigError("--factored-actions builds the MLP actor's head; drop it or use --actor-model mlp")
+    return factors
+
+
 def check_args(args) -> None:
     """Every shared field of `args` inside its range (RANGES), else a ConfigError naming the flag,
     the value given and what is accepted; --render-gif only with --evaluate-checkpoint; --track only where

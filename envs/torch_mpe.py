@@ -138,6 +138,10 @@ class TorchMPE:
         if min(dims) < 1:
             raise ValueError("an agent that neither moves nor speaks has no continuous action")
         self.action_dims = dims
+        # an agent that moves and speaks picks a (move, word) pair, a = word * move_dim + move: where every agent
+        # does, these are the action's factors (nets.Actor's factored head, --factored-actions)
+        pairs = self.discrete and dim_c > 1 and all(mv and not sl for mv, sl in zip(movable, silent))
+        self.action_factors = (self.move_dim, dim_c) if pairs else None
         width = max(dims)
         if self.discrete:
             self.n_actions, self.action_dim = width, 1

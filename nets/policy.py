@@ -211,20 +211,36 @@ class Actor(nn.Module):
     obs_dim: an int for flat observations, or the env's `obs_shape`; (H, W, C) images get a CNN.
     obs_sizes: every agent's true observation size (the env's `obs_dims`); with separate
     parameter sets each is sized to its agents' true observations and actions (`AgentNet`).
+    action_factors: a discrete action that is a tuple of choices, (5, 10) for simple_reference's
+    (move, word) with a = word * 5 + move (the env's `action_factors`, the first factor varying
+    fastest): the network gives one logit per choice of each factor, 5 + 10, and the logit of a
+    joint action is their sum, so the policy is the product of one categorical per factor (a word's
+    preference is learned once for every move) while everything downstream still sees the 50 joint
+    actions, their masks, log-probabilities and entropy (the factors' entropies summed).
     """
 
     def __init__(self, obs_dim: Union[int, Sequence[int]], n_agents: int, discrete: bool, action_size: int,
                  action_dim_mask: torch.Tensor, share_params: Sharing = True, hidden_sizes=(64, 64),
                  recurrent: str = "none", activation: str = "tanh", init_log_std: float = -0.5,
                  param_groups: Optional[Sequence[int]] = None, net: Optional[nn.Module] = None,
-                 obs_sizes: Optional[Sequence[int]] = None):
+                 obs_sizes: Optional[Sequence[int]] = None, action_factors: Optional[Sequence[int]] = None):
         super().__init__()
         self.discrete = discrete
-        self.net = net if net is not None else AgentNet(obs_dim, action_size, n_agents, share_params, hidden_sizes,
+        action_dim_mask = torch.as_tensor(action_dim_mask, dtype=torch.bool)
+        self.action_factors = tuple(int(f) for f in action_factors) if action_factors else None
+        head, head_mask = action_size, action_dim_mask
+        if self.action_factors is not None:
+            if not discrete or math.prod(self.action_factors) != action_size or not action_dim_mask.all():
+                raise ValueError(f"action_factors {self.action_factors} must multiply to the {action_size} discrete "
+                                 "actions every agent has")
+            if net is not None:
+                raise ValueError("a factored head is built on the actor's own network, not on a given `net`")
+            head, head_mask = sum(self.action_factors), None
+        self.net = net if net is not None else AgentNet(obs_dim, head, n_agents, share_params, hidden_sizes,
                                                         recurrent, out_gain=0.01, activation=activation,
                                                         param_groups=param_groups, in_sizes=obs_sizes,
-                                                        out_mask=action_dim_mask)
-        self.register_buffer("action_dim_mask", torch.as_tensor(action_dim_mask, dtype=torch.bool))
+                                                        out_mask=head_mask)
+        self.register_buffer("action_dim_mask", action_dim_mask)
         if not discrete:
             self.log_std = nn.Parameter(torch.full((n_agents, action_size), init_log_std))
 
@@ -238,8 +254,19 @@ class Actor(nn.Module):
             rows["log_std"] = torch.arange(self.net.n_agents)
         return rows
 
+    def joint_logits(self, out: torch.Tensor) -> torch.Tensor:
+        """(..., sum(factors)) logits of each factor's choices -> (..., prod(factors)) logits of the joint
+        actions, a = f0 + s0 * (f1 + s1 * (f2 + ...)): each the sum of its choices' logits."""
+        pieces = out.split(self.action_factors, dim=-1)
+        joint = pieces[0]
+        for piece in pieces[1:]:
+            joint = (piece[..., :, None] + joint[..., None, :]).flatten(-2)
+        return joint
+
     def forward(self, obs, state=None, starts=None, action_mask=None):
-        out, state = self.net(obs, state, starts)  # (L, B, N, action_size)
+        out, state = self.net(obs, state, starts)  # (L, B, N, action_size), or (..., sum(factors))
+        if self.action_factors is not None:
+            out = self.joint_logits(out)
         if self.discrete:
             mask = self.action_dim_mask if action_mask is None else action_mask
             return MaskedCategorical(out, mask), state
