@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, RunArgs, run_cli
+from common.cli import ConfigError, RunArgs, factored_actions, run_cli
 from common.groups import GroupArgs, check_group_args, param_layout, policy_map
 from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
                               seed_everything, start_or_resume)
@@ -81,6 +81,9 @@ class Args(GroupArgs, RunArgs):
     """hidden layer widths of actor and critic"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation"""
+    factored_actions: bool = False
+    """where each action is a tuple of choices (simple_reference's move and word, env.action_factors), one
+    categorical per choice, their logits summed into the joint action's (nets.Actor); off: one logit per action"""
     share_params: Literal["all", "group", "none"] = "none"
     """none (HAPPO's own): one actor per agent, each updated in its turn; all / group: agents share an actor set,
     which each of them updates in its turn (HARL's share_param). Also --agent-groups, --train-groups, --load-group"""
@@ -118,7 +121,7 @@ def build_networks(args: Args, env, device, n_teams: int = 1):
     action_size = env.n_actions if env.discrete else env.action_dim
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
                   param_layout(args, env), args.hidden_sizes, args.recurrent, args.activation,
-                  obs_sizes=env.obs_dims).to(device)
+                  obs_sizes=env.obs_dims, action_factors=factored_actions(args, env)).to(device)
     # The critic's "agents" are the K teams, each its own weights (one team: its one-hot is a constant 1):
     # (L, B, K, state_dim) -> (L, B, K)
     state_in = env.state_shape if len(env.state_shape) == 3 else env.state_dim  # an image state, or flat
