@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, RunArgs, run_cli
+from common.cli import ConfigError, RunArgs, factored_actions, run_cli
 from common.groups import GroupArgs, check_group_args, param_layout, policy_map
 from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
                               seed_everything, start_or_resume)
@@ -95,6 +95,9 @@ class Args(GroupArgs, RunArgs):
     actions)"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation of actor and critic"""
+    factored_actions: bool = False
+    """where each action is a tuple of choices (simple_reference's move and word, env.action_factors), one
+    categorical per choice, their logits summed into the joint action's (nets.Actor); off: one logit per action"""
 
     @property
     def batch_size(self) -> int:
@@ -138,7 +141,8 @@ def build_networks(args: Args, env, device):
     the actions join them."""
     sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = Actor(env.obs_shape, env.n_agents, True, env.n_actions, torch.as_tensor(env.action_dim_mask),
-                  sets, args.hidden_sizes, args.recurrent, args.activation, obs_sizes=env.obs_dims).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation, obs_sizes=env.obs_dims,
+                  action_factors=factored_actions(args, env)).to(device)
     # One output per own action: Q_i(s, (a_-i, a)) for every a in a single forward pass. The small
     # output gain starts Q nearly equal for all own actions, so no action is favoured before data says so.
     state_in = env.state_shape if len(env.state_shape) == 3 else (env.state_dim,)  # an image state, or flat

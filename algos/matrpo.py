@@ -20,7 +20,7 @@ from torch.distributions import kl_divergence
 from torch.func import functional_call
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, RunArgs, run_cli
+from common.cli import ConfigError, RunArgs, factored_actions, run_cli
 from common.groups import GroupArgs, check_group_args, param_layout, policy_map
 from common.turns import is_turn_based, turn_gae, whose_move
 from common.run_utils import (RunRecorder, args_dict, centralised_input_shape, evaluate_checkpoint, pick_device,
@@ -90,6 +90,9 @@ class Args(GroupArgs, RunArgs):  # bases last to first: --help lists RunArgs' fi
     """hidden layer widths of actor and critic"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation"""
+    factored_actions: bool = False
+    """where each action is a tuple of choices (simple_reference's move and word, env.action_factors), one
+    categorical per choice, their logits summed into the joint action's (nets.Actor); off: one logit per action"""
     # --- policy mapping: --share-params (every parameter set of the actor has its own trust region, all solved
     # together), --agent-groups, --train-groups, --load-group (common.groups.GroupArgs)
 
@@ -127,7 +130,8 @@ def build_networks(args: Args, env, device):
     action_size = env.n_actions if env.discrete else env.action_dim
     sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  sets, args.hidden_sizes, args.recurrent, args.activation, obs_sizes=env.obs_dims).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation, obs_sizes=env.obs_dims,
+                  action_factors=factored_actions(args, env)).to(device)
     critic_dim = centralised_input_shape(args, env)  # the state (an image gets a CNN) or all observations
     critic = Critic(critic_dim, env.n_agents, sets, args.hidden_sizes, args.recurrent,
                     args.activation).to(device)

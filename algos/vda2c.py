@@ -17,7 +17,7 @@ from typing import Literal, Tuple
 import torch
 
 from buffers import MultiAgentRolloutBuffer
-from common.cli import ConfigError, RunArgs, run_cli
+from common.cli import ConfigError, RunArgs, factored_actions, run_cli
 from common.groups import GroupArgs, check_group_args, param_layout, policy_map
 from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
                               seed_everything, start_or_resume)
@@ -79,6 +79,9 @@ class Args(GroupArgs, RunArgs):
     """hidden layer widths of actor and per-agent critic"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden activation"""
+    factored_actions: bool = False
+    """where each action is a tuple of choices (simple_reference's move and word, env.action_factors), one
+    categorical per choice, their logits summed into the joint action's (nets.Actor); off: one logit per action"""
 
     @property
     def batch_size(self) -> int:
@@ -109,7 +112,8 @@ def build_networks(args: Args, env, device, learning=None):
     action_size = env.n_actions if env.discrete else env.action_dim
     sets = param_layout(args, env)  # True (all), False (none) or every agent's group (group)
     actor = Actor(env.obs_shape, env.n_agents, env.discrete, action_size, torch.as_tensor(env.action_dim_mask),
-                  sets, args.hidden_sizes, args.recurrent, args.activation, obs_sizes=env.obs_dims).to(device)
+                  sets, args.hidden_sizes, args.recurrent, args.activation, obs_sizes=env.obs_dims,
+                  action_factors=factored_actions(args, env)).to(device)
     critic = Critic(env.obs_shape, env.n_agents, sets, args.hidden_sizes, args.recurrent, args.activation,
                     in_sizes=env.obs_dims).to(device)
     learning = learning or [list(range(env.n_agents))]

@@ -86,7 +86,8 @@ def test_the_flag_fails_clearly_where_it_cannot_work(flags, message, tmp_path):
     assert not run_dir.exists()
 
 
-@pytest.mark.parametrize("algo", ["ippo", "mappo", "happo", "hatrpo", "haa2c"])
+@pytest.mark.parametrize("algo", ["ippo", "mappo", "happo", "hatrpo", "haa2c", "ia2c", "maa2c", "ipg", "itrpo",
+                                  "matrpo", "vda2c", "vdppo", "coma"])
 def test_a_run_with_factored_actions_trains_and_plays_back(algo, tmp_path):
     import importlib
     from common.cli import make_args, saved_args
