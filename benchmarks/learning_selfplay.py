@@ -73,9 +73,14 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
             "loss": float((outcome < 0).mean())}
 
 
+def port_suffix(opts) -> str:
+    """"_torch" for runs trained on the game's torch port: their folders and results are kept apart."""
+    return "_torch" if opts.torch_port else ""
+
+
 def train(opts, seed: int, extra) -> str:
     """Train one seed with the algorithm file's own command line; the run folder."""
-    run_dir = os.path.join(opts.run_dir, opts.game + ("_torch" if opts.torch_port else ""), opts.algo, f"seed{seed}")
+    run_dir = os.path.join(opts.run_dir, opts.game + port_suffix(opts), opts.algo, f"seed{seed}")
     done = glob.glob(os.path.join(run_dir, "*", "summary.json"))
     if not done or json.load(open(done[0])).get("status") != "finished":
         env = f"torch:{opts.game}" if opts.torch_port else f"classic:{opts.game}"
@@ -107,8 +112,7 @@ def score(opts, seed: int, run_path: str) -> dict:
 
 
 def report(opts) -> list:
-    port = "_torch" if opts.torch_port else ""  # runs trained on the torch port are reported apart
-    pattern = os.path.join(opts.out_dir, f"{opts.game}_{opts.algo}_*k{port}_seed*.json")
+    pattern = os.path.join(opts.out_dir, f"{opts.game}_{opts.algo}_*k{port_suffix(opts)}_seed*.json")
     rows = [json.load(open(p)) for p in sorted(glob.glob(pattern))]
     if not rows:
         print("no results yet")
@@ -153,8 +157,7 @@ def main(argv=None):
     if not opts.report:
         os.makedirs(opts.out_dir, exist_ok=True)
         for seed in opts.seeds:
-            port = "_torch" if opts.torch_port else ""
-            name = f"{opts.game}_{opts.algo}_{opts.total_timesteps // 1000}k{port}_seed{seed}.json"
+            name = f"{opts.game}_{opts.algo}_{opts.total_timesteps // 1000}k{port_suffix(opts)}_seed{seed}.json"
             path = os.path.join(opts.out_dir, name)
             if os.path.exists(path):
                 continue

@@ -30,6 +30,7 @@ import torch
 
 from envs.errors import EnvError, check_arguments
 from envs.pettingzoo_vec import VecStep
+from envs.tensor_state import load_tensors, save_tensors
 
 ROWS, COLS, IN_A_ROW = 6, 7, 4
 ARGUMENTS = {"board": "flat"}
@@ -135,8 +136,9 @@ class TorchConnectFour:
         actions = torch.as_tensor(actions, device=self.device).long().reshape(E, N)
         mover = self.turn
         col = actions.gather(1, mover[:, None]).squeeze(1).clamp(0, COLS - 1)
-        illegal = self.height.gather(1, col[:, None]).squeeze(1) >= ROWS
-        row = (ROWS - 1 - self.height.gather(1, col[:, None]).squeeze(1)).clamp(min=0)
+        filled = self.height.gather(1, col[:, None]).squeeze(1)  # pieces already in the chosen column
+        illegal = filled >= ROWS
+        row = (ROWS - 1 - filled).clamp(min=0)
         piece = torch.where(illegal, self.board[self._rows, row, col], mover + 1)
         self.board[self._rows, row, col] = piece
         self.height[self._rows, col] += (~illegal).long()
@@ -182,19 +184,11 @@ class TorchConnectFour:
 
     def state_dict(self) -> Dict[str, torch.Tensor]:
         """Every copy's position, its episode's running return and the generator, as plain tensors."""
-        return {**{name: getattr(self, name).clone() for name in self._STATE}, "gen": self.gen.get_state()}
+        return save_tensors(self, self._STATE)
 
     def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
         """Put back what `state_dict()` saved (same number of copies)."""
-        for name, value in state.items():
-            if name == "gen":
-                self.gen.set_state(value.cpu())
-                continue
-            current = getattr(self, name)
-            if value.shape != current.shape:
-                raise ValueError(f"torch:connect_four: saved {name} has shape {tuple(value.shape)}, this env "
-                                 f"{tuple(current.shape)} (another number of copies)")
-            setattr(self, name, value.to(device=self.device, dtype=current.dtype).clone())
+        load_tensors(self, state, "torch:connect_four", "another number of copies")
 
     def render(self):
         raise NotImplementedError("torch:connect_four draws through its PettingZoo twin: make_env(..., "

@@ -40,6 +40,7 @@ import torch
 
 from envs.errors import EnvError, check_arguments, did_you_mean
 from envs.pettingzoo_vec import VecStep
+from envs.tensor_state import load_tensors, save_tensors
 
 
 def _per(value, n: int, what: str) -> list:
@@ -398,20 +399,12 @@ class TorchMPE:
         utterances, step counts, the scenario's per-episode draws), the returns and lengths of the
         episodes in flight, and the generator's state."""
         names = ("pos", "vel", "comm", "steps", "_ep_return", "_ep_length") + self.scenario_state_names
-        return {**{name: getattr(self, name).clone() for name in names}, "gen": self.gen.get_state()}
+        return save_tensors(self, names)
 
     def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
         """Put back what `state_dict()` saved (same scenario and number of copies); the next step is
         then the one the saving env would have taken, and `observe()` gives what its last step returned."""
-        for name, value in state.items():
-            if name == "gen":
-                self.gen.set_state(value.cpu())  # a generator's state is a CPU byte tensor, whatever its device
-                continue
-            current = getattr(self, name)
-            if value.shape != current.shape:
-                raise ValueError(f"{type(self).__name__}: saved {name} has shape {tuple(value.shape)}, this env "
-                                 f"{tuple(current.shape)} (another number of copies or agents)")
-            setattr(self, name, value.to(device=self.device, dtype=current.dtype).clone())
+        load_tensors(self, state, type(self).__name__, "another number of copies or agents")
 
     def observe(self):
         """(obs, state, action_mask) of the world as it stands: what the last reset or step returned."""

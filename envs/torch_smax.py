@@ -55,6 +55,7 @@ import torch
 
 from envs.errors import EnvError, check_arguments, did_you_mean
 from envs.pettingzoo_vec import VecStep
+from envs.tensor_state import load_tensors, save_tensors
 
 # Unit statistics, SMAX's values (JaxMARL smax_env.py), one entry per unit type.
 UNIT_TYPES = ("marine", "marauder", "stalker", "zealot", "zergling", "hydralisk")
@@ -540,19 +541,11 @@ class TorchSMAX:
 
     def state_dict(self) -> Dict[str, torch.Tensor]:
         """Every copy's battle, the episodes' running returns and the generator, as plain tensors."""
-        return {**{name: getattr(self, name).clone() for name in self._STATE}, "gen": self.gen.get_state()}
+        return save_tensors(self, self._STATE)
 
     def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
         """Put back what `state_dict()` saved (same map and number of copies)."""
-        for name, value in state.items():
-            if name == "gen":
-                self.gen.set_state(value.cpu())
-                continue
-            current = getattr(self, name)
-            if value.shape != current.shape:
-                raise ValueError(f"torch:smax_{self.map_name}: saved {name} has shape {tuple(value.shape)}, this env "
-                                 f"{tuple(current.shape)} (another map or number of copies)")
-            setattr(self, name, value.to(device=self.device, dtype=current.dtype).clone())
+        load_tensors(self, state, f"torch:smax_{self.map_name}", "another map or number of copies")
         self._read_stats()
         self.observe()
 
