@@ -6,7 +6,10 @@ CI has no GPU, so this is the check to run whenever one is lent. For every file 
                         env copies live on the GPU too); a ConfigError is a refusal, reported as such
   simple_spread         the same on PettingZoo's mpe2 (numpy env, networks on the GPU), discrete actions
   recurrent             --recurrent gru with --share-params all (torch's fused GRU, cuDNN on a GPU)
-  classic:tictactoe     the turn-based files (common.turns.TURN_BASED_ALGOS)
+  classic:tictactoe     the turn-based files (common.turns.TURN_BASED_ALGOS), and torch:connect_four (the
+                        board tensors on the GPU)
+  torch:smax_3m         a small SMAX battle on the GPU (discrete actions, units die)
+  factored actions      --factored-actions on torch:simple_reference (the (move, word) heads), where a file has it
 
 and on its first run that works: the checkpoint resumed on the GPU for two more iterations, then
 evaluated on the CPU (a run trained on a GPU must load on a laptop), and the same seed trained twice
@@ -48,6 +51,7 @@ TINY = dict(num_envs=4, num_steps=4, total_timesteps=32, eval_every=0, eval_epis
             critic_minibatches=1, chunk_len=4, batch_size=4, buffer_size=256, learning_starts=0,
             updates_per_iteration=1, policy_delay=1)
 SPREAD = ("max_cycles=4",)  # one episode per 4-step rollout: IPG's Monte Carlo returns need whole episodes
+SMAX = ("max_steps=4", "map_width=8", "map_height=8")  # likewise, on a small map where units meet and die
 
 
 def algo_names():
@@ -89,8 +93,14 @@ def cases(algo, module):
         shared = dict(share_params="all") if "share_params" in fields else {}  # one cell: torch's fused kernel
         yield "torch:simple_spread recurrent gru", dict(env="torch:simple_spread", recurrent="gru", **shared,
                                                         env_kwargs=SPREAD + ("continuous_actions=false",))
+    if "factored_actions" in fields:
+        yield "torch:simple_reference factored actions", dict(env="torch:simple_reference", factored_actions=True,
+                                                               env_kwargs=SPREAD)
+    lead = dict(agent_groups=("ally_0=lead",)) if "iql_group" in fields else {}  # ppo_iql: SMAX's agents are allies
+    yield "torch:smax_3m", dict(env="torch:smax_3m", env_kwargs=SMAX, **lead)
     if algo in TURN_BASED_ALGOS:
         yield "classic:tictactoe", dict(env="classic:tictactoe")
+        yield "torch:connect_four", dict(env="torch:connect_four")
 
 
 def check_algo(algo: str, tmp: str) -> list:
@@ -99,7 +109,7 @@ def check_algo(algo: str, tmp: str) -> list:
     fields = {f.name for f in dataclasses.fields(module.Args)}
     groups = dict(agent_groups=("agent_0=lead",)) if "iql_group" in fields else {}  # ppo_iql: one policy per group
     for name, overrides in cases(algo, module):
-        overrides = {**overrides, **groups}
+        overrides = {**groups, **overrides}
         start = time.perf_counter()
         status, out = run_case(module, os.path.join(tmp, algo, re.sub(r"[^a-z0-9]+", "_", name)), cuda=True, **overrides)
         rows.append({"algo": algo, "case": name, "status": status, "seconds": time.perf_counter() - start,
