@@ -18,6 +18,7 @@ import torch
 
 from envs.errors import EnvError, did_you_mean
 from envs.pettingzoo_vec import VecStep
+from envs.tensor_state import load_tensors
 
 PAYOFFS = {
     "coordination": [[10.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 5.0]],
@@ -68,7 +69,7 @@ class MatrixGame:
         return {"gen": self.gen.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.gen.set_state(state["gen"].cpu())
+        load_tensors(self, state, "matrix_game", "")  # only the generator: its state must be from this kind of device
 
     def observe(self):
         """(obs, state, action_mask) as every reset and step returns them."""

@@ -107,3 +107,21 @@ def test_pettingzoo_run_resumes_and_says_its_episodes_restart(tiny, capsys):
     resumed = mappo.main(tiny(mappo, env="simple_spread", total_timesteps=20, resume=first["run_dir"]))
     assert resumed["global_step"] == 20
     assert "every env copy starts a new episode" in capsys.readouterr().out
+
+
+def test_run_trained_on_a_gpu_resumes_on_a_cpu(tmp_path):
+    """A torch: env's generator saved on a GPU (a CUDA generator's state: 16 bytes, where a CPU one takes
+    5,056) cannot go into a CPU generator. Resumed on the CPU, the run says why its episodes restart and
+    finishes, through the real command line, with no traceback."""
+    mappo = importlib.import_module("algos.mappo")
+    argv = TINY + ["--num-steps", "7", "--eval-every", "0", "--run-dir", str(tmp_path)]
+    first = mappo.main(parse_args(mappo.Args, argv + ["--total-timesteps", "28"]))
+    path = os.path.join(first["run_dir"], "checkpoint.pt")
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["envs"] = [{**state, "gen": torch.zeros(16, dtype=torch.uint8)} for state in ckpt["envs"]]
+    torch.save(ckpt, path)
+    out = subprocess.run([sys.executable, "algos/mappo.py", "--resume", first["run_dir"], "--total-timesteps", "56"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "Traceback" not in out.stdout + out.stderr, out.stderr[-2000:]
+    assert "saved on another kind of device" in out.stdout and "every env copy starts a new episode" in out.stdout
+    assert summary(first["run_dir"])["global_step"] == 56
