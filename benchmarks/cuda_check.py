@@ -11,8 +11,8 @@ CI has no GPU, so this is the check to run whenever one is lent. For every file 
   torch:smax_3m         a small SMAX battle on the GPU (discrete actions, units die)
   factored actions      --factored-actions on torch:simple_reference (the (move, word) heads), where a file has it
 
-and on its first run that works: the checkpoint resumed on the GPU for two more iterations, then
-evaluated on the CPU (a run trained on a GPU must load on a laptop), and the same seed trained twice
+and on its first run that works: the checkpoint resumed on the GPU, then on the CPU, then evaluated
+on the CPU (a run trained on a GPU must go on and load on a laptop), and the same seed trained twice
 (whether CUDA gives the same losses is reported, not required: some kernels are not deterministic).
 Prints one line per run and a summary, writes JSON, exits 1 if any run failed (a refusal is no failure).
 
@@ -123,10 +123,12 @@ def check_algo(algo: str, tmp: str) -> list:
     ckpt = torch.load(os.path.join(run_dir, "checkpoint.pt"), map_location="cpu", weights_only=True)
     steps = int(ckpt["global_step"])
     for case, extra in (("resume on cuda", dict(cuda=True, resume=run_dir, total_timesteps=2 * steps)),
+                        ("resume on cpu", dict(cuda=False, resume=run_dir, total_timesteps=3 * steps)),
                         ("evaluate on cpu", dict(cuda=False, evaluate_checkpoint=run_dir))):
         status, out = run_case(module, os.path.dirname(run_dir), **overrides, **extra)
-        if status == "ok" and case.startswith("resume") and out["global_step"] != 2 * steps:
-            status, out = "failed", f"resumed to {out['global_step']} env steps, not {2 * steps}"
+        goal = extra.get("total_timesteps")
+        if status == "ok" and goal and out["global_step"] != goal:
+            status, out = "failed", f"resumed to {out['global_step']} env steps, not {goal}"
         if status == "ok" and case.startswith("evaluate") and not math.isfinite(out["eval_return_mean"]):
             status, out = "failed", f"evaluation return {out['eval_return_mean']}"
         rows.append({"algo": algo, "case": f"{name}: {case}", "status": status, "seconds": None,
