@@ -12,6 +12,13 @@ the games differ) and a random one; connect four's win-or-block player, alpha-be
     python benchmarks/learning_selfplay.py --game tictactoe --algo ippo --report
     python benchmarks/learning_selfplay.py --game connect_four --torch-port --seeds 1 --total-timesteps 20000000 -- --gamma 0.99
 
+With --league P the seeds train through `run.py league` instead: one policy per seat, P phases that
+alternate which seat learns (--total-timesteps / P env steps each, from its own last run) against a
+snapshot drawn from the other seat's pool (random legal moves, then its past runs); each seat's last
+run is scored in its own seat.
+
+    python benchmarks/learning_selfplay.py --game connect_four --torch-port --league 20 --total-timesteps 20000000
+
 Bars: tic-tac-toe, at most 2% of 1,000 games lost to the perfect player in each seat; connect four,
 at least 90% won against win-or-block in each seat. Every finished seed writes its JSON under
 --out-dir at once, and a later call skips the seeds already there.
@@ -74,8 +81,28 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
 
 
 def port_suffix(opts) -> str:
-    """"_torch" for runs trained on the game's torch port: their folders and results are kept apart."""
-    return "_torch" if opts.torch_port else ""
+    """"_torch" for runs trained on the game's torch port, "_league<P>" for leagues: their folders and results
+    are kept apart."""
+    return ("_torch" if opts.torch_port else "") + (f"_league{opts.league}" if opts.league else "")
+
+
+def train_league(opts, seed: int, extra) -> list:
+    """Train one seed as a league of the two seats (`run.py league`); each seat's last run, in seat order."""
+    folder = os.path.join(opts.run_dir, opts.game + port_suffix(opts), opts.algo, f"seed{seed}")
+    seats = GAMES[opts.game][0]().possible_agents
+    state_path = os.path.join(folder, "league.json")
+    done = os.path.exists(os.path.join(folder, "crossplay", "crossplay.json")) and os.path.exists(state_path)
+    if not done:
+        env = f"torch:{opts.game}" if opts.torch_port else f"classic:{opts.game}"
+        command = [sys.executable, "run.py", "league", "--env", env, "--side", *[f"{s}={opts.algo}" for s in seats],
+                   "--phases", str(opts.league), "--phase-steps", str(opts.total_timesteps // opts.league),
+                   "--opponents", opts.league_opponents, "--games", "100", "--seed", str(seed), "--league-dir", folder,
+                   "--", "--torch-threads", str(opts.torch_threads), *extra]
+        print(" ".join(command), flush=True)
+        subprocess.run(command, check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(state_path) as f:
+        state = json.load(f)
+    return [state["last"][f"{seat}/{opts.algo}"] for seat in seats]
 
 
 def train(opts, seed: int, extra) -> str:
@@ -95,16 +122,27 @@ def train(opts, seed: int, extra) -> str:
     return os.path.dirname(done[0])
 
 
-def score(opts, seed: int, run_path: str) -> dict:
+def score(opts, seed: int, runs: list) -> dict:
+    """Every seat's run (the same run in both for self-play) against every scripted player, in its own seat."""
     env_fn, opponents = GAMES[opts.game]
     seats = env_fn().possible_agents
-    summary = json.load(open(os.path.join(run_path, "summary.json")))
+    if opts.league:  # the league's time: every phase's run of both seats
+        folder = os.path.join(opts.run_dir, opts.game + port_suffix(opts), opts.algo, f"seed{seed}")
+        summaries = [json.load(open(p)) for p in glob.glob(os.path.join(folder, "phase_*", "**", "summary.json"),
+                                                            recursive=True)]
+        seconds = sum(s["wall_time_s"] for s in summaries)
+        sps = sum(s["global_step"] for s in summaries) / seconds
+    else:
+        summary = json.load(open(os.path.join(runs[0], "summary.json")))
+        seconds, sps = summary["wall_time_s"], summary["sps"]
     out = {"game": opts.game, "algo": opts.algo, "seed": seed, "total_timesteps": opts.total_timesteps,
-           "run": run_path, "args": json.load(open(os.path.join(run_path, "args.json"))),
-           "train_seconds": summary["wall_time_s"], "sps": summary["sps"], "games": opts.games, "results": {}}
+           "run": runs[0] if runs[0] == runs[1] else runs, "args": json.load(open(os.path.join(runs[0], "args.json"))),
+           "train_seconds": seconds, "sps": sps, "games": opts.games, "results": {}}
+    if opts.league:
+        out.update(league=opts.league, league_opponents=opts.league_opponents)
     for name, opponent in opponents.items():
         for seat, agent in enumerate(seats):
-            rates = play(run_path, opts.game, seat, opponent, opts.games, 1000 + seed)
+            rates = play(runs[seat], opts.game, seat, opponent, opts.games, 1000 + seed)
             out["results"][f"{name}/{agent}"] = rates
             print(f"seed {seed}: as {agent} against {name}: " + "  ".join(f"{k} {v:.3f}" for k, v in rates.items()),
                   flush=True)
@@ -148,10 +186,17 @@ def main(argv=None):
     parser.add_argument("--torch-port", action="store_true",
                         help="train on the game's torch port (torch:connect_four: the same game, every copy in one "
                              "batched step); scored on PettingZoo's game as always")
+    parser.add_argument("--league", type=int, default=0, metavar="PHASES",
+                        help="train each seed as a league of PHASES phases (run.py league: one policy per seat, "
+                             "alternating, against snapshots of the other) instead of one policy playing itself")
+    parser.add_argument("--league-opponents", choices=["uniform", "latest", "prioritised"], default="uniform",
+                        help="with --league: how a learner's opponent is drawn from the other seat's pool")
     parser.add_argument("--run-dir", default="runs/selfplay")
     parser.add_argument("--out-dir", default="benchmarks/results/selfplay")
     parser.add_argument("--report", action="store_true", help="print the table of what --out-dir holds")
     opts = parser.parse_args(argv)
+    if opts.league < 0 or (opts.league and opts.total_timesteps < opts.league):
+        parser.error(f"--league {opts.league}: give a number of phases from 1 to --total-timesteps, or 0 for self-play")
     if opts.torch_port and opts.game != "connect_four":
         parser.error(f"--torch-port: {opts.game} has no torch port; connect_four has (torch:connect_four)")
     if not opts.report:
@@ -161,7 +206,8 @@ def main(argv=None):
             path = os.path.join(opts.out_dir, name)
             if os.path.exists(path):
                 continue
-            result = score(opts, seed, train(opts, seed, extra))
+            runs = train_league(opts, seed, extra) if opts.league else [train(opts, seed, extra)] * 2
+            result = score(opts, seed, runs)
             result["extra_flags"] = extra
             write_json_atomic(path, result)
     return report(opts)

@@ -1,0 +1,41 @@
+"""benchmarks/learning_selfplay.py end to end on a tiny tic-tac-toe budget: plain self-play (one run in both
+seats) and --league (one run per seat, from `run.py league`), each scored in its seats against every scripted
+player; a league of a bad size is refused with one line."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--game", "tictactoe", "--total-timesteps", "2048", "--games", "10", "--seeds", "1"]
+FLAGS = ["--", "--num-envs", "8", "--num-steps", "16", "--eval-every", "0"]
+
+
+def run(tmp_path, *argv):
+    return subprocess.run([sys.executable, "benchmarks/learning_selfplay.py", *TINY, "--run-dir", str(tmp_path / "runs"),
+                           "--out-dir", str(tmp_path / "out"), *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.parametrize("league", [0, 2])
+def test_selfplay_and_league_are_scored_in_each_seat(tmp_path, league):
+    out = run(tmp_path, *(["--league", str(league)] if league else []), *FLAGS)
+    assert out.returncode == 0, out.stderr[-2000:]
+    name = f"tictactoe_ippo_2k{'_league2' if league else ''}_seed1.json"
+    result = json.load(open(tmp_path / "out" / name))
+    runs = result["run"] if league else [result["run"]] * 2
+    assert len(set(runs)) == (2 if league else 1) and all(os.path.isdir(r) for r in runs)
+    if league:  # the last run of each seat: phase 1 trained player_1, phase 2 player_2
+        assert "phase_01" in runs[0] and "phase_02" in runs[1] and result["league"] == 2
+    assert set(result["results"]) == {f"{o}/{s}" for o in ("random", "perfect", "perfect_varied")
+                                      for s in ("player_1", "player_2")}
+    for rates in result["results"].values():
+        assert abs(rates["win"] + rates["draw"] + rates["loss"] - 1) < 1e-9
+    assert result["train_seconds"] > 0 and result["sps"] > 0
+
+
+def test_a_league_of_no_phases_is_refused(tmp_path):
+    out = run(tmp_path, "--league", "-1")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "--league -1" in out.stderr
