@@ -34,7 +34,8 @@ import sys
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 from benchmarks.game_opponents import GAMES  # noqa: E402
 from common.cli import saved_args  # noqa: E402
 from common.run_utils import greedy_eval, load_checkpoint, write_json_atomic  # noqa: E402
@@ -80,26 +81,34 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
             "loss": float((outcome < 0).mean())}
 
 
-def port_suffix(opts) -> str:
+def variant_suffix(opts) -> str:
     """"_torch" for runs trained on the game's torch port, "_league<P>" for leagues: their folders and results
     are kept apart."""
     return ("_torch" if opts.torch_port else "") + (f"_league{opts.league}" if opts.league else "")
 
 
+def seed_folder(opts, seed: int) -> str:
+    """Where one seed's run (or league) is trained."""
+    return os.path.join(opts.run_dir, opts.game + variant_suffix(opts), opts.algo, f"seed{seed}")
+
+
+def train_env(opts) -> str:
+    return f"torch:{opts.game}" if opts.torch_port else f"classic:{opts.game}"
+
+
 def train_league(opts, seed: int, extra) -> list:
     """Train one seed as a league of the two seats (`run.py league`); each seat's last run, in seat order."""
-    folder = os.path.join(opts.run_dir, opts.game + port_suffix(opts), opts.algo, f"seed{seed}")
+    folder = seed_folder(opts, seed)
     seats = GAMES[opts.game][0]().possible_agents
     state_path = os.path.join(folder, "league.json")
     done = os.path.exists(os.path.join(folder, "crossplay", "crossplay.json")) and os.path.exists(state_path)
     if not done:
-        env = f"torch:{opts.game}" if opts.torch_port else f"classic:{opts.game}"
-        command = [sys.executable, "run.py", "league", "--env", env, "--side", *[f"{s}={opts.algo}" for s in seats],
+        command = [sys.executable, "run.py", "league", "--env", train_env(opts), "--side", *[f"{s}={opts.algo}" for s in seats],
                    "--phases", str(opts.league), "--phase-steps", str(opts.total_timesteps // opts.league),
                    "--opponents", opts.league_opponents, "--games", "100", "--seed", str(seed), "--league-dir", folder,
                    "--", "--torch-threads", str(opts.torch_threads), *extra]
         print(" ".join(command), flush=True)
-        subprocess.run(command, check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        subprocess.run(command, check=True, cwd=REPO)
     with open(state_path) as f:
         state = json.load(f)
     return [state["last"][f"{seat}/{opts.algo}"] for seat in seats]
@@ -107,17 +116,16 @@ def train_league(opts, seed: int, extra) -> list:
 
 def train(opts, seed: int, extra) -> str:
     """Train one seed with the algorithm file's own command line; the run folder."""
-    run_dir = os.path.join(opts.run_dir, opts.game + port_suffix(opts), opts.algo, f"seed{seed}")
+    run_dir = seed_folder(opts, seed)
     done = glob.glob(os.path.join(run_dir, "*", "summary.json"))
     if not done or json.load(open(done[0])).get("status") != "finished":
-        env = f"torch:{opts.game}" if opts.torch_port else f"classic:{opts.game}"
-        command = [sys.executable, f"algos/{opts.algo}.py", "--env", env, "--seed", str(seed),
+        command = [sys.executable, f"algos/{opts.algo}.py", "--env", train_env(opts), "--seed", str(seed),
                    "--total-timesteps", str(opts.total_timesteps), "--run-dir", run_dir,
                    "--torch-threads", str(opts.torch_threads), *extra]
         if done:
             command.append("--resume")
         print(" ".join(command), flush=True)
-        subprocess.run(command, check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        subprocess.run(command, check=True, cwd=REPO)
         done = glob.glob(os.path.join(run_dir, "*", "summary.json"))
     return os.path.dirname(done[0])
 
@@ -127,8 +135,7 @@ def score(opts, seed: int, runs: list) -> dict:
     env_fn, opponents = GAMES[opts.game]
     seats = env_fn().possible_agents
     if opts.league:  # the league's time: every phase's run of both seats
-        folder = os.path.join(opts.run_dir, opts.game + port_suffix(opts), opts.algo, f"seed{seed}")
-        summaries = [json.load(open(p)) for p in glob.glob(os.path.join(folder, "phase_*", "**", "summary.json"),
+        summaries = [json.load(open(p)) for p in glob.glob(os.path.join(seed_folder(opts, seed), "phase_*", "**", "summary.json"),
                                                             recursive=True)]
         seconds = sum(s["wall_time_s"] for s in summaries)
         sps = sum(s["global_step"] for s in summaries) / seconds
@@ -150,7 +157,7 @@ def score(opts, seed: int, runs: list) -> dict:
 
 
 def report(opts) -> list:
-    pattern = os.path.join(opts.out_dir, f"{opts.game}_{opts.algo}_*k{port_suffix(opts)}_seed*.json")
+    pattern = os.path.join(opts.out_dir, f"{opts.game}_{opts.algo}_*k{variant_suffix(opts)}_seed*.json")
     rows = [json.load(open(p)) for p in sorted(glob.glob(pattern))]
     if not rows:
         print("no results yet")
@@ -202,7 +209,7 @@ def main(argv=None):
     if not opts.report:
         os.makedirs(opts.out_dir, exist_ok=True)
         for seed in opts.seeds:
-            name = f"{opts.game}_{opts.algo}_{opts.total_timesteps // 1000}k{port_suffix(opts)}_seed{seed}.json"
+            name = f"{opts.game}_{opts.algo}_{opts.total_timesteps // 1000}k{variant_suffix(opts)}_seed{seed}.json"
             path = os.path.join(opts.out_dir, name)
             if os.path.exists(path):
                 continue

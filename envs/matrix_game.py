@@ -18,7 +18,7 @@ import torch
 
 from envs.errors import EnvError, did_you_mean
 from envs.pettingzoo_vec import VecStep
-from envs.tensor_state import load_tensors
+from envs.tensor_state import load_tensors, save_tensors
 
 PAYOFFS = {
     "coordination": [[10.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 5.0]],
@@ -66,10 +66,10 @@ class MatrixGame:
     def state_dict(self) -> dict:
         """The generator's state: observations are constant and every episode lasts one step, so
         nothing else is in flight."""
-        return {"gen": self.gen.get_state()}
+        return save_tensors(self, ())
 
     def load_state_dict(self, state: dict) -> None:
-        load_tensors(self, state, "matrix_game", "")  # only the generator: its state must be from this kind of device
+        load_tensors(self, state, "matrix_game", "")  # only the generator, from the same kind of device
 
     def observe(self):
         """(obs, state, action_mask) as every reset and step returns them."""
