@@ -1136,6 +1136,10 @@ def league_command(argv: List[str]) -> dict:
     parser.add_argument("--opponents", choices=("uniform", "latest", "prioritised"), default="uniform",
                         help="how a learner's opponent is drawn from the other side's pool: uniformly, the newest "
                              "snapshot, or prioritised by the learner's losses against each (--games episodes each)")
+    parser.add_argument("--mix", type=int, default=1, metavar="M",
+                        help="opponents each learner faces at once in a phase: M members drawn from the pool (without "
+                             "repeats, as --opponents weighs them), the env copies split among them (--load-group "
+                             "OTHER=RUN,RUN,...: copy e plays member e mod M). 1: one opponent a phase")
     parser.add_argument("--snapshot-every", type=int, default=1, help="a learner's run joins its side's pool every "
                                                                       "this many of its phases")
     parser.add_argument("--pool", nargs="+", action="extend", default=[], metavar="SIDE=RUN",
@@ -1154,7 +1158,7 @@ def league_command(argv: List[str]) -> dict:
                                                                  "say what phase 1 would run; run and write nothing")
     parser.add_argument(DEBUG_FLAG, action="store_true", help="print tracebacks (or MARL_DEBUG=1)")
     opts = parser.parse_args(own)
-    for name in ("phases", "phase_steps", "snapshot_every", "games"):
+    for name in ("phases", "phase_steps", "snapshot_every", "games", "mix"):
         if getattr(opts, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     for algo in (a for entry in opts.side for a in entry.partition("=")[2].split(",") if a):
@@ -1175,7 +1179,8 @@ def league_command(argv: List[str]) -> dict:
     folder = opts.league_dir or os.path.join("runs", "league", safe_name(opts.env))
     names = list(sides)
     settings = {"env": opts.env, "sides": sides, "phase_steps": opts.phase_steps, "opponents": opts.opponents,
-                "snapshot_every": opts.snapshot_every, "seed": opts.seed, "extra": extra, "algo_flags": own_flags}
+                "snapshot_every": opts.snapshot_every, "seed": opts.seed, "extra": extra, "algo_flags": own_flags,
+                **({"mix": opts.mix} if opts.mix > 1 else {})}
     played = {}  # every learner's Args, checked now; all of them must play one env
     for algo in dict.fromkeys(a for algos in sides.values() for a in algos):
         module = importlib.import_module(f"algos.{algo}")
@@ -1223,8 +1228,10 @@ def league_command(argv: List[str]) -> dict:
                                                     opts.seed) if opts.opponents == "prioritised" and start
                               else [0.5] * len(pool))
                 weights = league.opponent_weights(scores, opts.opponents)
-                pick = pool[int(np.random.default_rng([opts.seed, k, j]).choice(len(pool), p=weights))]
-                plan.append({"algo": algo, "start": start, "opponent": pick["name"], "opponent_path": pick["path"]})
+                picks = np.random.default_rng([opts.seed, k, j]).choice(
+                    len(pool), size=min(opts.mix, int(np.count_nonzero(weights))), replace=False, p=weights)
+                plan.append({"algo": algo, "start": start, "opponent": "+".join(pool[i]["name"] for i in picks),
+                             "opponent_path": ",".join(pool[i]["path"] for i in picks)})
             state["phases"].append({"phase": k, "side": side, "plan": plan, "done": False})
             write_json_atomic(state_path, state)
         phase = state["phases"][k - 1]
@@ -1233,10 +1240,9 @@ def league_command(argv: List[str]) -> dict:
             for p in phase["plan"]), flush=True)
         jobs = []
         for p in phase["plan"]:
-            loads = [*([f"{side}={p['start']}"] if p["start"] else []),
-                     *([f"{other}={p['opponent_path']}"] if p["opponent_path"] != league.RANDOM else [])]
+            loads = [*([f"{side}={p['start']}"] if p["start"] else []), f"{other}={p['opponent_path']}"]
             flags = [*extra, *own_flags.get(p["algo"], []), "--total-timesteps", str(opts.phase_steps), "--share-params",
-                     "group", "--train-groups", side, "--exp-name", p["algo"], *(["--load-group", *loads] if loads else [])]
+                     "group", "--train-groups", side, "--exp-name", p["algo"], "--load-group", *loads]
             module = importlib.import_module(f"algos.{p['algo']}")
             jobs.append(make_job(module, p["algo"], opts.env, opts.seed + 100 * (k - 1), {}, flags,
                                  os.path.join(folder, f"phase_{k:02d}")))

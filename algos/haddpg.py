@@ -195,7 +195,7 @@ def loaded_group_actions(teams, obs: torch.Tensor, actions: torch.Tensor) -> tor
     for feed-forward runs)."""
     starts = torch.ones(obs.shape[:2], device=obs.device)  # (B, N)
     for policy in teams.foreign.values():
-        theirs, _ = policy.act(obs, policy.net.initial_state(obs.shape[0], obs.device), starts)
+        theirs, _ = policy.act(obs, policy.initial_state(obs.shape[0], obs.device), starts)
         actions = torch.where(policy.rows(actions), theirs.to(actions.dtype), actions)
     return actions
 

@@ -14,8 +14,9 @@ the games differ) and a random one; connect four's win-or-block player, alpha-be
 
 With --league P the seeds train through `run.py league` instead: one policy per seat, P phases that
 alternate which seat learns (--total-timesteps / P env steps each, from its own last run) against a
-snapshot drawn from the other seat's pool (random legal moves, then its past runs); each seat's last
-run is scored in its own seat.
+snapshot drawn from the other seat's pool (random legal moves, then its past runs), or with
+--league-mix M against M of them at once (its env copies split among them); each seat's last run is
+scored in its own seat.
 
     python benchmarks/learning_selfplay.py --game connect_four --torch-port --league 20 --total-timesteps 20000000
 
@@ -82,9 +83,10 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
 
 
 def variant_suffix(opts) -> str:
-    """"_torch" for runs trained on the game's torch port, "_league<P>" for leagues: their folders and results
-    are kept apart."""
-    return ("_torch" if opts.torch_port else "") + (f"_league{opts.league}" if opts.league else "")
+    """"_torch" for runs trained on the game's torch port, "_league<P>" for leagues ("_league<P>mix<M>" with
+    --league-mix): their folders and results are kept apart."""
+    return ("_torch" if opts.torch_port else "") + (f"_league{opts.league}" if opts.league else "") + (
+        f"mix{opts.league_mix}" if opts.league and opts.league_mix > 1 else "")
 
 
 def seed_folder(opts, seed: int) -> str:
@@ -105,7 +107,7 @@ def train_league(opts, seed: int, extra) -> list:
     if not done:
         command = [sys.executable, "run.py", "league", "--env", train_env(opts), "--side", *[f"{s}={opts.algo}" for s in seats],
                    "--phases", str(opts.league), "--phase-steps", str(opts.total_timesteps // opts.league),
-                   "--opponents", opts.league_opponents, "--games", "100", "--seed", str(seed), "--league-dir", folder,
+                   "--opponents", opts.league_opponents, "--mix", str(opts.league_mix), "--games", "100", "--seed", str(seed), "--league-dir", folder,
                    "--", "--torch-threads", str(opts.torch_threads), *extra]
         print(" ".join(command), flush=True)
         subprocess.run(command, check=True, cwd=REPO)
@@ -146,7 +148,7 @@ def score(opts, seed: int, runs: list) -> dict:
            "run": runs[0] if runs[0] == runs[1] else runs, "args": json.load(open(os.path.join(runs[0], "args.json"))),
            "train_seconds": seconds, "sps": sps, "games": opts.games, "results": {}}
     if opts.league:
-        out.update(league=opts.league, league_opponents=opts.league_opponents)
+        out.update(league=opts.league, league_opponents=opts.league_opponents, league_mix=opts.league_mix)
     for name, opponent in opponents.items():
         for seat, agent in enumerate(seats):
             rates = play(runs[seat], opts.game, seat, opponent, opts.games, 1000 + seed)
@@ -198,12 +200,17 @@ def main(argv=None):
                              "alternating, against snapshots of the other) instead of one policy playing itself")
     parser.add_argument("--league-opponents", choices=["uniform", "latest", "prioritised"], default="uniform",
                         help="with --league: how a learner's opponent is drawn from the other seat's pool")
+    parser.add_argument("--league-mix", type=int, default=1, metavar="M",
+                        help="with --league: each learner faces M snapshots at once, its env copies split among them "
+                             "(run.py league --mix)")
     parser.add_argument("--run-dir", default="runs/selfplay")
     parser.add_argument("--out-dir", default="benchmarks/results/selfplay")
     parser.add_argument("--report", action="store_true", help="print the table of what --out-dir holds")
     opts = parser.parse_args(argv)
     if opts.league < 0 or (opts.league and opts.total_timesteps < opts.league):
         parser.error(f"--league {opts.league}: give a number of phases from 1 to --total-timesteps, or 0 for self-play")
+    if opts.league_mix < 1:
+        parser.error(f"--league-mix {opts.league_mix}: give 1 or more snapshots")
     if opts.torch_port and opts.game != "connect_four":
         parser.error(f"--torch-port: {opts.game} has no torch port; connect_four has (torch:connect_four)")
     if not opts.report:

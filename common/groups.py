@@ -43,6 +43,9 @@ TEAMS = {
 }
 
 
+RANDOM = "random"  # what `--load-group GROUP=random` and a cross-play's random member play: uniform random actions
+
+
 # Families whose agents are seats of a game (player_0 against player_1): each agent is a side of its own,
 # except in the cooperative games, where the players are one team (Hanabi: one shared reward).
 SEATED = ("classic:", "torch:connect_four")
@@ -133,7 +136,9 @@ class GroupArgs:
     load_group: Tuple[str, ...] = ()
     """GROUP=RUN pairs (a run folder or its checkpoint.pt; the run must be on this env and these agents): from a run
     of this algorithm GROUP's weights are copied and it may go on learning; from another algorithm's run GROUP acts as
-    that run's policy (greedy, or as that run evaluates), built by that algorithm's own code, and stays fixed"""
+    that run's policy (greedy, or as that run evaluates), built by that algorithm's own code, and stays fixed.
+    RUN may be `random` (uniform random actions), or several, GROUP=RUN,RUN,random: a fixed pool, env copy e played
+    by member e mod M, each sampling its policy as in training"""
 
 
 def check_group_args(args) -> None:
@@ -185,8 +190,8 @@ class Teams:
     trained_list: List[bool]  # (N,) the agent's group learns (--train-groups)
     load: Dict[str, str]  # group -> checkpoint to start it from (--load-group)
     device: Optional[torch.device] = None
-    foreign: Dict[str, "LoadedPolicy"] = field(default_factory=dict)  # groups acting as another algorithm's run
-    _states: Dict[str, object] = field(default_factory=dict)  # their recurrent states in the rollout
+    foreign: Dict[str, "_GroupActor"] = field(default_factory=dict)  # groups acting as another algorithm's run
+    _states: Dict[Tuple[str, int], object] = field(default_factory=dict)  # (group, batch) -> their recurrent states
 
     @cached_property
     def members(self) -> Dict[str, List[int]]:
@@ -253,10 +258,9 @@ class Teams:
         algorithm's run acting as that run does (one-hot where the file acts in one-hots, as the
         DDPG family does with discrete actions). The file's own choice for them is discarded."""
         for group, policy in self.foreign.items():
-            state = self._states.get(group)
-            if state is None or getattr(state[0], "shape", (None,))[0] != obs.shape[0]:
-                state = policy.net.initial_state(obs.shape[0], obs.device)
-            theirs, self._states[group] = policy.act(obs, state, starts, mask)
+            key = (group, starts.shape[0])  # a state per batch size: the rollout's copies keep theirs
+            state = self._states[key] if key in self._states else policy.initial_state(starts.shape[0], obs.device)
+            theirs, self._states[key] = policy.act(obs, state, starts, mask)
             if action.dim() > theirs.dim():  # discrete actions as one-hots
                 theirs = nn.functional.one_hot(theirs.long(), action.shape[-1]).to(action.dtype)
             action = torch.where(policy.rows(action), theirs.to(action.dtype), action)
@@ -301,9 +305,17 @@ def policy_map(args, envs, algo: str, device: Optional[torch.device] = None, cop
     select_groups(list(load), "--load-group", names, agents, group_of_agent)
     foreign = {}
     for group, path in load.items():
-        ckpt = loaded_run(path, group, args.env, agents, names, group_of_agent)
-        if ckpt["algo"] != algo or not copy:
-            foreign[group] = LoadedPolicy(group, path, ckpt, envs, group_of_agent, names, device, args.env_kwargs)
+        players = []
+        for member in path.split(","):  # several: a pool, every member fixed
+            if member == RANDOM:
+                players.append(RandomPolicy(group, envs, group_of_agent, names, device))
+                continue
+            ckpt = loaded_run(member, group, args.env, agents, names, group_of_agent)
+            if ckpt["algo"] != algo or not copy or "," in path:
+                players.append(LoadedPolicy(group, member, ckpt, envs, group_of_agent, names, device, args.env_kwargs,
+                                            sampled="," in path))
+        if players:
+            foreign[group] = players[0] if len(players) == 1 else PoolPolicy(group, players)
     if args.train_groups:
         trained_ids = select_groups(args.train_groups, "--train-groups", names, agents, group_of_agent)
         acting = [names[g] for g in trained_ids if names[g] in foreign]
@@ -350,13 +362,28 @@ def loaded_run(path: str, group: str, env: str, agents: Sequence[str], groups: S
     return ckpt
 
 
-class LoadedPolicy:
+class _GroupActor:
+    """What every fixed player of a group has: the group's agents (`agent_mask`, (N,))."""
+
+    agent_mask: torch.Tensor
+
+    def rows(self, action: torch.Tensor) -> torch.Tensor:
+        """The group's agents as a mask broadcastable to `action` (E, N[, ...])."""
+        return self.agent_mask.view(-1, *([1] * (action.dim() - 2)))
+
+
+def group_mask(group: str, group_of_agent: Sequence[int], names: Sequence[str], device) -> torch.Tensor:
+    return torch.as_tensor([names[g] == group for g in group_of_agent], device=device)
+
+
+class LoadedPolicy(_GroupActor):
     """A group acting as another algorithm's run: that algorithm's own acting network
     (`acting_policy` of algos/<algo>.py), built from the run's saved args on this env and loaded
-    from its checkpoint, acting as that run's evaluation does (greedy unless it sampled)."""
+    from its checkpoint, acting as that run's evaluation does (greedy unless it sampled) or, with
+    sampled=True, as it acted in training (sampling its policy; a value-based run stays greedy)."""
 
     def __init__(self, group: str, path: str, ckpt: dict, envs, group_of_agent: Sequence[int],
-                 names: Sequence[str], device, env_kwargs: Sequence[str] = ()):
+                 names: Sequence[str], device, env_kwargs: Sequence[str] = (), sampled: bool = False):
         self.algo = ckpt["algo"]
         try:
             module = importlib.import_module(f"algos.{self.algo}")
@@ -374,12 +401,11 @@ class LoadedPolicy:
                               f"this run has {' '.join(env_kwargs) or '(none)'}: its observations or actions differ "
                               "(continuous_actions, N, ...)") from None
         self.net.requires_grad_(False)
-        self.greedy = greedy_eval(saved)
-        self.agent_mask = torch.as_tensor([names[g] == group for g in group_of_agent], device=device)  # (N,)
+        self.greedy = greedy_eval(saved) and not sampled
+        self.agent_mask = group_mask(group, group_of_agent, names, device)
 
-    def rows(self, action: torch.Tensor) -> torch.Tensor:
-        """The group's agents as a mask broadcastable to `action` (E, N[, ...])."""
-        return self.agent_mask.view(-1, *([1] * (action.dim() - 2)))
+    def initial_state(self, batch: int, device=None):
+        return self.net.initial_state(batch, device)
 
     def act(self, obs, state, starts, mask=None):
         """obs (E, N, ...), starts (E, N) -> (actions (E, N[, d]) in the env's format, new state)."""
@@ -390,17 +416,66 @@ class LoadedPolicy:
         return action[0], state
 
 
+class RandomPolicy(_GroupActor):
+    """A group acting uniformly at random (`--load-group GROUP=random`): a legal action of the mask
+    (discrete), or a point of the normalised box [-1, 1] (continuous), as the env's own
+    `sample_actions` and the cross-play's `random` member do."""
+
+    algo = RANDOM
+
+    def __init__(self, group: str, envs, group_of_agent: Sequence[int], names: Sequence[str], device):
+        self.discrete = bool(envs.discrete)
+        self.width = envs.n_actions if self.discrete else envs.action_dim
+        self.agent_mask = group_mask(group, group_of_agent, names, device)
+
+    def initial_state(self, batch: int, device=None):
+        return None
+
+    def act(self, obs, state, starts, mask=None):
+        u = torch.rand(*starts.shape, self.width, device=starts.device)  # (E, N, width)
+        if not self.discrete:
+            return 2.0 * u - 1.0, None
+        return (u if mask is None else u.masked_fill(~mask.bool(), -1.0)).argmax(-1), None
+
+
+class PoolPolicy(_GroupActor):
+    """A group played by several fixed players at once (`--load-group GROUP=RUN,RUN,random`): env
+    copy e by member e mod M, each member keeping its own recurrent state for its copies and acting
+    as it did in training (sampling its policy), so that the learner meets a mixture of varied
+    opponents in every rollout, not M fixed lines of play. A replayed batch (the off-policy files
+    ask the group's next action at sampled steps) is split among the members the same way."""
+
+    def __init__(self, group: str, members: Sequence[_GroupActor]):
+        self.members = list(members)
+        self.algo = "+".join(dict.fromkeys(m.algo for m in self.members))
+        self.agent_mask = self.members[0].agent_mask
+
+    def initial_state(self, batch: int, device=None):
+        M = len(self.members)
+        return [m.initial_state(len(range(k, batch, M)), device) for k, m in enumerate(self.members)]
+
+    def act(self, obs, state, starts, mask=None):
+        E, M = starts.shape[0], len(self.members)
+        out, states = None, list(state)
+        for k, member in enumerate(self.members[:E]):
+            rows = slice(k, None, M)
+            theirs, states[k] = member.act(obs[rows], state[k], starts[rows], None if mask is None else mask[rows])
+            out = theirs.new_zeros((E, *theirs.shape[1:])) if out is None else out
+            out[rows] = theirs.to(out.dtype)
+        return out, states
+
+
 class TeamPolicy(nn.Module):
     """The `nets.Actor` interface over a file's own actor and the groups acting as other runs,
     for evaluation: `forward` returns a distribution whose `mode()` and `sample()` give the
     actor's actions with those groups' agents' replaced by their runs' choices."""
 
-    def __init__(self, actor: nn.Module, foreign: Sequence[LoadedPolicy]):
+    def __init__(self, actor: nn.Module, foreign: Sequence[_GroupActor]):
         super().__init__()
         self.actor, self.foreign = actor, list(foreign)
 
     def initial_state(self, batch: int, device=None):
-        return self.actor.initial_state(batch, device), [p.net.initial_state(batch, device) for p in self.foreign]
+        return self.actor.initial_state(batch, device), [p.initial_state(batch, device) for p in self.foreign]
 
     def forward(self, obs, state=None, starts=None, action_mask=None):
         own, theirs = state if state is not None else (None, [None] * len(self.foreign))
@@ -417,7 +492,7 @@ class TeamPolicy(nn.Module):
 class _Merged:
     """The own actor's distribution with some agents' actions fixed by loaded runs."""
 
-    def __init__(self, dist, foreign: Sequence[LoadedPolicy], actions: Sequence[torch.Tensor]):
+    def __init__(self, dist, foreign: Sequence[_GroupActor], actions: Sequence[torch.Tensor]):
         self.dist, self.foreign, self.actions = dist, foreign, actions
 
     def _merge(self, action: torch.Tensor) -> torch.Tensor:  # action (1, E, N[, d])

@@ -24,12 +24,10 @@ import numpy as np
 import torch
 
 from common.cli import ConfigError
-from common.groups import LoadedPolicy, agent_names, assign_groups, loaded_run
+from common.groups import RANDOM, LoadedPolicy, agent_names, assign_groups, loaded_run
 from common.run_utils import load_checkpoint
 from common.turns import check_turns
 from envs import make_env, parse_env_kwargs
-
-RANDOM = "random"
 
 
 def run_sides(path: str) -> dict:
@@ -83,7 +81,7 @@ def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games
     rng = np.random.default_rng(seed)
     obs, _, mask = env.reset()
     E = env.num_envs
-    states = [p.net.initial_state(E) for p in policies]
+    states = [p.initial_state(E) for p in policies]
     starts = torch.ones(E, len(agents))
     results: List[np.ndarray] = []
     length = np.zeros(E, np.int64)

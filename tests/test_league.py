@@ -225,3 +225,69 @@ def test_every_learner_plays_the_final_crossplay_whatever_the_snapshot_schedule(
     assert out.returncode == 0, out.stderr
     table = json.load(open(folder / "crossplay" / "crossplay.json"))
     assert {"ippo@1", "ippo@2", "mappo@2", "random"} == set(table["members"])
+
+
+def test_a_pool_plays_copy_e_with_member_e_mod_m_and_random_plays_legal_moves():
+    import torch
+    from common.groups import PoolPolicy, RandomPolicy, group_mask
+    names, group_of_agent = ["a", "b"], [0, 1]
+
+    class Fixed(RandomPolicy):  # always action k; its state counts the copies it was given
+        def __init__(self, k):
+            self.k, self.agent_mask = k, group_mask("b", group_of_agent, names, "cpu")
+
+        def initial_state(self, batch, device=None):
+            return batch
+
+        def act(self, obs, state, starts, mask=None):
+            assert obs.shape[0] == state
+            return torch.full(starts.shape, self.k), state
+
+    class Env:
+        discrete, n_actions, action_dim = True, 5, 1
+
+    mask = torch.zeros(7, 2, 5, dtype=torch.bool)
+    mask[..., 3] = True
+    mask[:, 1, 1] = True
+    pool = PoolPolicy("b", [Fixed(7), Fixed(8), RandomPolicy("b", Env, group_of_agent, names, "cpu")])
+    state = pool.initial_state(7)
+    assert state[:2] == [3, 2] and pool.algo == "random"
+    for _ in range(20):
+        action, state = pool.act(torch.zeros(7, 2, 4), state, torch.zeros(7, 2), mask)
+        assert (action[0::3] == 7).all() and (action[1::3] == 8).all()
+        assert (action[2::3, 0] == 3).all() and set(action[2::3, 1].tolist()) <= {1, 3}
+    assert pool.rows(action).tolist() == [False, True]
+
+
+def test_a_group_played_by_a_pool_of_runs_and_random(runs, tmp_path):
+    """An algorithm file trains player_1 against a pool (a run and random moves): it runs to the end and
+    its evaluation plays the pool too; a pool member of another env fails naming it, before a run folder."""
+    pool = f"player_2={runs['both']},random"
+    run = tiny_run("mappo", tmp_path / "pool", share_params="group", train_groups=("player_1",), load_group=(pool,),
+                   eval_every=32)
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    assert summary["status"] == "finished" and "eval_return_mean" in json.dumps(summary)
+    with pytest.raises(league.ConfigError, match="that run played torch:simple_spread"):
+        tiny_run("mappo", tmp_path / "bad", share_params="group", train_groups=("player_1",),
+                 load_group=(f"player_2=random,{runs['spread']}",))
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_mixed_league_splits_each_learner_among_opponents(tmp_path):
+    """--mix 2: a learner faces two members of the other side's pool at once (none twice), its run loading
+    them as one pool; where the pool holds one member (random, in phase 1) it faces that one."""
+    folder = tmp_path / "league"
+    out = league_cli(folder, "--phases", "3", "--mix", "2")
+    assert out.returncode == 0, out.stderr
+    state = json.load(open(folder / "league.json"))
+    first, third = state["phases"][0]["plan"], state["phases"][2]["plan"]
+    assert [p["opponent"] for p in first] == ["random"]
+    args = json.load(open(os.path.join(first[0]["run"], "args.json")))
+    assert "player_2=random" in args["load_group"]
+    for p in third:  # player_1 against random, ippo@2 and mappo@2
+        names, paths = p["opponent"].split("+"), p["opponent_path"].split(",")
+        assert len(set(names)) == 2 == len(paths), p
+        args = json.load(open(os.path.join(p["run"], "args.json")))
+        assert f"player_2={p['opponent_path']}" in args["load_group"]
+    bad = league_cli(tmp_path / "other", "--mix", "0")
+    assert bad.returncode == 2 and "--mix must be at least 1" in bad.stderr and not (tmp_path / "other").exists()
