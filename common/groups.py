@@ -188,7 +188,7 @@ class Teams:
     names: List[str]  # group names, in order of first appearance
     group_of_agent: List[int]  # (N,) index into names
     trained_list: List[bool]  # (N,) the agent's group learns (--train-groups)
-    load: Dict[str, str]  # group -> checkpoint to start it from (--load-group)
+    load: Dict[str, str]  # group -> checkpoint to start it from, `random`, or a pool "RUN,RUN" (--load-group)
     device: Optional[torch.device] = None
     foreign: Dict[str, "_GroupActor"] = field(default_factory=dict)  # groups acting as another algorithm's run
     _states: Dict[Tuple[str, int], object] = field(default_factory=dict)  # (group, batch) -> their recurrent states
@@ -305,15 +305,17 @@ def policy_map(args, envs, algo: str, device: Optional[torch.device] = None, cop
     select_groups(list(load), "--load-group", names, agents, group_of_agent)
     foreign = {}
     for group, path in load.items():
+        members = path.split(",")
+        pool = len(members) > 1  # every member of a pool acts (fixed), sampling its policy as in training
         players = []
-        for member in path.split(","):  # several: a pool, every member fixed
+        for member in members:
             if member == RANDOM:
                 players.append(RandomPolicy(group, envs, group_of_agent, names, device))
                 continue
             ckpt = loaded_run(member, group, args.env, agents, names, group_of_agent)
-            if ckpt["algo"] != algo or not copy or "," in path:
+            if ckpt["algo"] != algo or not copy or pool:
                 players.append(LoadedPolicy(group, member, ckpt, envs, group_of_agent, names, device, args.env_kwargs,
-                                            sampled="," in path))
+                                            sampled=pool))
         if players:
             foreign[group] = players[0] if len(players) == 1 else PoolPolicy(group, players)
     if args.train_groups:
