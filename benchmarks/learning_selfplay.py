@@ -105,9 +105,11 @@ def train_league(opts, seed: int, extra) -> list:
     state_path = os.path.join(folder, "league.json")
     done = os.path.exists(os.path.join(folder, "crossplay", "crossplay.json")) and os.path.exists(state_path)
     if not done:
-        command = [sys.executable, "run.py", "league", "--env", train_env(opts), "--side", *[f"{s}={opts.algo}" for s in seats],
+        command = [sys.executable, "run.py", "league", "--env", train_env(opts),
+                   "--side", *[f"{s}={opts.algo}" for s in seats],
                    "--phases", str(opts.league), "--phase-steps", str(opts.total_timesteps // opts.league),
-                   "--opponents", opts.league_opponents, "--mix", str(opts.league_mix), "--games", "100", "--seed", str(seed), "--league-dir", folder,
+                   "--opponents", opts.league_opponents, "--mix", str(opts.league_mix), "--games", "100",
+                   "--seed", str(seed), "--league-dir", folder,
                    "--", "--torch-threads", str(opts.torch_threads), *extra]
         print(" ".join(command), flush=True)
         subprocess.run(command, check=True, cwd=REPO)
@@ -137,8 +139,8 @@ def score(opts, seed: int, runs: list) -> dict:
     env_fn, opponents = GAMES[opts.game]
     seats = env_fn().possible_agents
     if opts.league:  # the league's time: every phase's run of both seats
-        summaries = [json.load(open(p)) for p in glob.glob(os.path.join(seed_folder(opts, seed), "phase_*", "**", "summary.json"),
-                                                            recursive=True)]
+        pattern = os.path.join(seed_folder(opts, seed), "phase_*", "**", "summary.json")
+        summaries = [json.load(open(p)) for p in glob.glob(pattern, recursive=True)]
         seconds = sum(s["wall_time_s"] for s in summaries)
         sps = sum(s["global_step"] for s in summaries) / seconds
     else:

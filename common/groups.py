@@ -458,6 +458,7 @@ class PoolPolicy(_GroupActor):
 
     def act(self, obs, state, starts, mask=None):
         E, M = starts.shape[0], len(self.members)
+        state = self.initial_state(E, starts.device) if state is None else state  # TeamPolicy starts with None
         out, states = None, list(state)
         for k, member in enumerate(self.members[:E]):
             rows = slice(k, None, M)
