@@ -16,7 +16,8 @@ With --league P the seeds train through `run.py league` instead: one policy per 
 alternate which seat learns (--total-timesteps / P env steps each, from its own last run) against a
 snapshot drawn from the other seat's pool (random legal moves, then its past runs), or with
 --league-mix M against M of them at once (its env copies split among them); each seat's last run is
-scored in its own seat.
+scored in its own seat, and every phase's learner plays --phase-games games in its seat against the
+bar's scripted player (how play moved from phase to phase).
 
     python benchmarks/learning_selfplay.py --game connect_four --torch-port --league 20 --total-timesteps 20000000
 
@@ -157,7 +158,29 @@ def score(opts, seed: int, runs: list) -> dict:
             out["results"][f"{name}/{agent}"] = rates
             print(f"seed {seed}: as {agent} against {name}: " + "  ".join(f"{k} {v:.3f}" for k, v in rates.items()),
                   flush=True)
+    if opts.league:
+        out.update(phase_games=opts.phase_games, phases=score_phases(opts, seed))
     return out
+
+
+def score_phases(opts, seed: int) -> list:
+    """Every phase's learner in its own seat against the bar's scripted player (--phase-games games):
+    how the league's play moved from phase to phase, and what each kind of opponent did to it."""
+    env_fn, opponents = GAMES[opts.game]
+    seats = env_fn().possible_agents
+    name, key, _ = BARS[opts.game]
+    with open(os.path.join(seed_folder(opts, seed), "league.json")) as f:
+        phases = json.load(f)["phases"]
+    rows = []
+    for phase in phases:
+        for plan in phase["plan"]:
+            rates = play(plan["run"], opts.game, seats.index(phase["side"]), opponents[name], opts.phase_games,
+                         2000 + seed)
+            rows.append({"phase": phase["phase"], "side": phase["side"], "opponent": plan["opponent"],
+                         "run": plan["run"], name: rates})
+            print(f"seed {seed}: phase {phase['phase']}, {phase['side']} after {plan['opponent']}: against {name} "
+                  f"{key} {rates[key]:.3f}", flush=True)
+    return rows
 
 
 def report(opts) -> list:
@@ -180,6 +203,10 @@ def report(opts) -> list:
         ok = all(v <= bar for v in values) if key == "loss" else all(v >= bar for v in values)
         print(f"bar, {seat} against {opponent}: {key} {'<=' if key == 'loss' else '>='} {bar} in every seed: "
               f"{', '.join(f'{v:.3f}' for v in values)} -> {'met' if ok else 'not met'}")
+    for r in rows:
+        if "phases" in r:
+            print(f"seed {r['seed']}, every phase's learner against {opponent} ({key}, {r['phase_games']} games): "
+                  + ", ".join(f"{p['phase']} {p['side']} {p[opponent][key]:.2f}" for p in r["phases"]))
     return rows
 
 
@@ -205,6 +232,8 @@ def main(argv=None):
     parser.add_argument("--league-mix", type=int, default=1, metavar="M",
                         help="with --league: each learner faces M snapshots at once, its env copies split among them "
                              "(run.py league --mix)")
+    parser.add_argument("--phase-games", type=int, default=100,
+                        help="with --league: games of every phase's learner against the bar's scripted player")
     parser.add_argument("--run-dir", default="runs/selfplay")
     parser.add_argument("--out-dir", default="benchmarks/results/selfplay")
     parser.add_argument("--report", action="store_true", help="print the table of what --out-dir holds")
@@ -213,6 +242,8 @@ def main(argv=None):
         parser.error(f"--league {opts.league}: give a number of phases from 1 to --total-timesteps, or 0 for self-play")
     if opts.league_mix < 1:
         parser.error(f"--league-mix {opts.league_mix}: give 1 or more snapshots")
+    if opts.phase_games < 1:
+        parser.error(f"--phase-games {opts.phase_games}: give 1 or more games")
     if opts.torch_port and opts.game != "connect_four":
         parser.error(f"--torch-port: {opts.game} has no torch port; connect_four has (torch:connect_four)")
     if not opts.report:

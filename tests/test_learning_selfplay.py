@@ -9,7 +9,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--game", "tictactoe", "--total-timesteps", "2048", "--games", "10", "--seeds", "1"]
+TINY = ["--game", "tictactoe", "--total-timesteps", "2048", "--games", "10", "--phase-games", "10", "--seeds", "1"]
 FLAGS = ["--", "--num-envs", "8", "--num-steps", "16", "--eval-every", "0"]
 
 
@@ -29,6 +29,11 @@ def test_selfplay_and_league_are_scored_in_each_seat(tmp_path, league):
     assert len(set(runs)) == (2 if league else 1) and all(os.path.isdir(r) for r in runs)
     if league:  # the last run of each seat: phase 1 trained player_1, phase 2 player_2
         assert "phase_01" in runs[0] and "phase_02" in runs[1] and result["league"] == 2
+        phases = result["phases"]  # each phase's learner in its own seat against the perfect player
+        assert [(p["phase"], p["side"], p["run"]) for p in phases] == [(1, "player_1", runs[0]),
+                                                                       (2, "player_2", runs[1])]
+        assert phases[1]["opponent"] in ("random", "ippo@1")
+        assert all(abs(sum(p["perfect_varied"].values()) - 1) < 1e-9 for p in phases)
     assert set(result["results"]) == {f"{o}/{s}" for o in ("random", "perfect", "perfect_varied")
                                       for s in ("player_1", "player_2")}
     for rates in result["results"].values():
