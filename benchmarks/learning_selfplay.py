@@ -58,7 +58,9 @@ def acting_network(run_path: str, env):
 @torch.no_grad()
 def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, copies: int = 100) -> dict:
     """`games` games of the run's policy in seat `seat` against `opponent` (obs, mask, rng) -> action,
-    in `copies` env copies at once: {"win", "draw", "loss"} rates of the policy's seat."""
+    in `copies` env copies at once: {"win", "draw", "loss"} rates of the policy's seat. Each copy
+    plays an equal share of the games: counting the first `games` to end would over-count short ones
+    (quick losses, say)."""
     saved = json.load(open(os.path.join(run_path, "args.json")))
     env = make_env(f"classic:{game}", min(copies, games), seed, parse_env_kwargs(saved["env_kwargs"]))  # as trained
     net, greedy = acting_network(run_path, env)
@@ -66,18 +68,21 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
     rng = np.random.default_rng(seed)
     obs, _, mask = env.reset()
     state, starts = net.initial_state(env.num_envs), torch.ones(env.num_envs, env.n_agents)
+    quota = np.full(env.num_envs, games // env.num_envs) + (np.arange(env.num_envs) < games % env.num_envs)
     results = []
-    while len(results) < games:
+    while quota.sum() > 0:
         dist, state = net(torch.as_tensor(obs)[None], state, starts[None], torch.as_tensor(mask)[None])
         actions = (dist.mode() if greedy else dist.sample())[0].numpy().copy()  # (E, N)
         for i in np.flatnonzero(env.acting[:, 1 - seat]):  # the scripted player's moves
             view = obs[i, 1 - seat].reshape(-1)[: int(np.prod(board))].reshape(board).astype(np.int8)
             actions[i, 1 - seat] = opponent(view, mask[i, 1 - seat].astype(np.int8), rng)
         step = env.step(actions)
-        results += step.episode_return[step.done, seat].tolist()
+        for i in np.flatnonzero(step.done & (quota > 0)):
+            results.append(step.episode_return[i, seat])
+            quota[i] -= 1
         obs, mask, starts = step.obs, step.action_mask, torch.as_tensor(step.done, dtype=torch.float)[:, None]
         starts = starts.expand(-1, env.n_agents)
-    outcome = np.sign(np.array(results[:games]))
+    outcome = np.sign(np.array(results))
     env.close()
     return {"win": float((outcome > 0).mean()), "draw": float((outcome == 0).mean()),
             "loss": float((outcome < 0).mean())}

@@ -39,6 +39,12 @@ def test_selfplay_and_league_are_scored_in_each_seat(tmp_path, league):
     for rates in result["results"].values():
         assert abs(rates["win"] + rates["draw"] + rates["loss"] - 1) < 1e-9
     assert result["train_seconds"] > 0 and result["sps"] > 0
+    if not league:  # 7 games over 3 copies (3, 2 and 2 of them) are all scored
+        sys.path.insert(0, REPO)
+        from benchmarks.game_opponents import GAMES
+        from benchmarks.learning_selfplay import play
+        rates = play(runs[0], "tictactoe", 0, GAMES["tictactoe"][1]["random"], 7, 0, copies=3)
+        assert all(abs(7 * v - round(7 * v)) < 1e-9 for v in rates.values()) and abs(sum(rates.values()) - 1) < 1e-9
 
 
 def test_a_league_of_no_phases_is_refused(tmp_path):
