@@ -66,7 +66,8 @@ def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games
          copies: int = 50, max_steps: int = 10_000) -> np.ndarray:
     """`games` episodes with side `group` played by `lineup[group]` (a run path, or RANDOM; sides not
     in the lineup play at random). Returns (games, G): each side's return (its agents' rewards
-    summed over the episode), sides in the env's group order. An episode still going after
+    summed over the episode), sides in the env's group order. Each copy plays an equal share of the
+    games (counting the first to end would over-count short ones). An episode still going after
     `max_steps` steps (Go between players that never pass) stops the match with an error."""
     env = make_env(env_name, min(copies, games), seed, parse_env_kwargs(env_kwargs))
     agents = agent_names(env)
@@ -85,7 +86,8 @@ def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games
     starts = torch.ones(E, len(agents))
     results: List[np.ndarray] = []
     length = np.zeros(E, np.int64)
-    while len(results) < games:
+    quota = np.full(E, games // E) + (np.arange(E) < games % E)
+    while quota.sum() > 0:
         if length.max() > max_steps:
             raise ConfigError(f"{env_name}: an episode of {' against '.join(lineup.values())} has gone on for "
                               f"{max_steps} steps without ending (policies that never pass, in Go?); the cross-play "
@@ -99,12 +101,14 @@ def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games
         step = env.step(actions)
         done = torch.as_tensor(step.done).cpu().bool()
         length = np.where(done.numpy(), 0, length + 1)
-        if done.any():
-            returns = torch.as_tensor(step.episode_return).cpu().float()[done] @ side_of_agent  # (ended, G)
+        counted = done.numpy() & (quota > 0)
+        if counted.any():
+            returns = torch.as_tensor(step.episode_return).cpu().float()[counted] @ side_of_agent  # (ended, G)
             results += list(returns.numpy())
+            quota[counted] -= 1
         obs, mask, starts = step.obs, step.action_mask, done.float()[:, None].expand(E, len(agents))
     env.close()
-    return np.stack(results[:games])
+    return np.stack(results)
 
 
 def env_sides(env_name: str, env_kwargs: Sequence[str] = (), algos: Sequence[str] = ()) -> List[str]:

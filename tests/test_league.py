@@ -291,3 +291,36 @@ def test_a_mixed_league_splits_each_learner_among_opponents(tmp_path):
         assert f"player_2={p['opponent_path']}" in args["load_group"]
     bad = league_cli(tmp_path / "other", "--mix", "0")
     assert bad.returncode == 2 and "--mix must be at least 1" in bad.stderr and not (tmp_path / "other").exists()
+
+
+class _UnevenGames:
+    """Two copies of a two-player game: copy 0's games last 1 step and side 0 wins them, copy 1's
+    last 3 steps and side 0 loses them."""
+    agents, n_agents, num_envs = ["a_0", "b_0"], 2, 2
+
+    def __init__(self):
+        self.t = np.zeros(2, np.int64)
+
+    def reset(self):
+        return np.zeros((2, 2, 1), np.float32), None, None
+
+    def sample_actions(self, rng):
+        return np.zeros((2, 2), np.int64)
+
+    def step(self, actions):
+        from types import SimpleNamespace
+        self.t += 1
+        done = self.t >= np.array([1, 3])
+        self.t[done] = 0
+        ret = np.array([[1.0, -1.0], [-1.0, 1.0]], np.float32) * done[:, None]
+        return SimpleNamespace(obs=np.zeros((2, 2, 1), np.float32), action_mask=None, done=done, episode_return=ret)
+
+    def close(self):
+        pass
+
+
+def test_every_copy_plays_an_equal_share_of_a_match(monkeypatch):
+    """Counting the first games to end would give copy 0's quick wins 3 of the first 4 games."""
+    monkeypatch.setattr(league, "make_env", lambda *a, **k: _UnevenGames())
+    returns = league.play("uneven", (), {}, games=4, copies=2)
+    assert returns.shape == (4, 2) and sorted(returns[:, 0].tolist()) == [-1.0, -1.0, 1.0, 1.0]
