@@ -40,7 +40,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from benchmarks.game_opponents import GAMES  # noqa: E402
 from common.cli import saved_args  # noqa: E402
-from common.run_utils import greedy_eval, load_checkpoint, write_json_atomic  # noqa: E402
+from common.run_utils import episode_quota, greedy_eval, load_checkpoint, write_json_atomic  # noqa: E402
 from envs import make_env, parse_env_kwargs  # noqa: E402
 
 BARS = {"tictactoe": ("perfect_varied", "loss", 0.02), "connect_four": ("win_or_block", "win", 0.90)}
@@ -68,7 +68,7 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
     rng = np.random.default_rng(seed)
     obs, _, mask = env.reset()
     state, starts = net.initial_state(env.num_envs), torch.ones(env.num_envs, env.n_agents)
-    quota = np.full(env.num_envs, games // env.num_envs) + (np.arange(env.num_envs) < games % env.num_envs)
+    quota = episode_quota(env.num_envs, games)
     results = []
     while quota.sum() > 0:
         dist, state = net(torch.as_tensor(obs)[None], state, starts[None], torch.as_tensor(mask)[None])

@@ -25,7 +25,7 @@ import torch
 
 from common.cli import ConfigError
 from common.groups import RANDOM, LoadedPolicy, agent_names, assign_groups, loaded_run
-from common.run_utils import load_checkpoint
+from common.run_utils import episode_quota, load_checkpoint
 from common.turns import check_turns
 from envs import make_env, parse_env_kwargs
 
@@ -86,7 +86,7 @@ def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games
     starts = torch.ones(E, len(agents))
     results: List[np.ndarray] = []
     length = np.zeros(E, np.int64)
-    quota = np.full(E, games // E) + (np.arange(E) < games % E)
+    quota = episode_quota(E, games)
     while quota.sum() > 0:
         if length.max() > max_steps:
             raise ConfigError(f"{env_name}: an episode of {' against '.join(lineup.values())} has gone on for "

@@ -261,6 +261,12 @@ def as_numpy(x) -> np.ndarray:
 
 
 @torch.no_grad()
+def episode_quota(copies: int, episodes: int) -> np.ndarray:
+    """(copies,) how many of `episodes` each env copy plays: an equal share (one more for the first
+    copies when they do not divide), so that copies whose episodes end quickly are not over-counted."""
+    return np.full(copies, episodes // copies) + (np.arange(copies) < episodes % copies)
+
+
 def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = True, frames=None,
              per_agent: bool = False, wins: Optional[List[bool]] = None) -> np.ndarray:
     """Run `n_episodes` episodes on `env` (its own copies) and return each one's return summed
@@ -275,7 +281,7 @@ def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = T
     (`VecStep.episode_won`, SMAX); for others it stays empty.
     """
     E, N = env.num_envs, env.n_agents
-    quota = np.full(E, n_episodes // E) + (np.arange(E) < n_episodes % E)
+    quota = episode_quota(E, n_episodes)
     returns = []
     obs, _, mask = env.reset()
     state = actor.initial_state(E, device)
