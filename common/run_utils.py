@@ -260,13 +260,13 @@ def as_numpy(x) -> np.ndarray:
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
-@torch.no_grad()
 def episode_quota(copies: int, episodes: int) -> np.ndarray:
     """(copies,) how many of `episodes` each env copy plays: an equal share (one more for the first
     copies when they do not divide), so that copies whose episodes end quickly are not over-counted."""
     return np.full(copies, episodes // copies) + (np.arange(copies) < episodes % copies)
 
 
+@torch.no_grad()
 def evaluate(env, actor, n_episodes: int, device: torch.device, greedy: bool = True, frames=None,
              per_agent: bool = False, wins: Optional[List[bool]] = None) -> np.ndarray:
     """Run `n_episodes` episodes on `env` (its own copies) and return each one's return summed

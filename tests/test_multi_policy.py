@@ -236,6 +236,27 @@ def test_evaluation_against_a_random_side():
     assert returns.shape == (4, 4)
 
 
+def test_evaluation_records_no_gradients():
+    """evaluate runs under torch.no_grad: envs that hand actions to numpy or JAX need tensors
+    without a graph, and nothing is learned from evaluation."""
+    env = make_env("torch:simple_tag", 2, 0, {"max_cycles": 5})
+    actor = Actor(env.obs_dim, env.n_agents, True, env.n_actions, torch.as_tensor(env.action_dim_mask),
+                  hidden_sizes=(16,))
+    grad_modes = []
+
+    class Recording:
+        def initial_state(self, *a):
+            return actor.initial_state(*a)
+
+        def __call__(self, *a):
+            grad_modes.append(torch.is_grad_enabled())
+            return actor(*a)
+
+    assert torch.is_grad_enabled()
+    evaluate(env, Recording(), 2, torch.device("cpu"))
+    assert grad_modes and not any(grad_modes)
+
+
 # ----------------------------------------------------------------------------- the short copies
 def test_copied_functions_agree_with_their_sources():
     g = torch.Generator().manual_seed(0)
