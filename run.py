@@ -81,8 +81,8 @@ PER_RUN_FLAGS = ("--env", "--seed", "--run-dir", "--resume", "--evaluate-checkpo
 NOT_SWEPT = ("env", "seed", "run_dir", "exp_name", "resume", "evaluate_checkpoint", "render_gif", "config", "track",
              "wandb_project_name", "wandb_entity")
 # Settings that may differ between a saved run and a re-launch that skips or resumes it.
-NOT_COMPARED = ("resume", "run_dir", "config", "cuda", "torch_threads", "evaluate_checkpoint", "render_gif", "track",
-                "wandb_project_name", "wandb_entity")
+NOT_COMPARED = ("resume", "run_dir", "config", "cuda", "torch_threads", "checkpoint_every", "evaluate_checkpoint",
+                "render_gif", "track", "wandb_project_name", "wandb_entity")
 
 
 # ============================================================================ the grid

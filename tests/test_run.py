@@ -128,7 +128,7 @@ def test_relaunch_with_other_settings_is_refused_but_longer_runs_resume(tmp_path
     (first,) = launch(tmp_path, "--algo", "mappo", "--seeds", "1")
     refused(capsys, "learning_rate 0.002 -> 0.001", "--algo", "mappo", "--seeds", "1",
             extra=[*TINY, "--learning-rate", "0.001"], tmp_path=tmp_path)
-    longer = [*TINY[:1], "40", *TINY[2:]]  # --total-timesteps 40: the finished run trains on
+    longer = [*TINY[:1], "40", *TINY[2:], "--checkpoint-every", "20"]  # the finished run trains on, saving more often
     (resumed,) = launch(tmp_path, "--algo", "mappo", "--seeds", "1", extra=longer)
     assert "1 to resume" in capsys.readouterr().out
     assert resumed["run_dir"] == first["run_dir"] and resumed["global_step"] == 40
