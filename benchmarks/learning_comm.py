@@ -154,7 +154,7 @@ def plot(records: List[dict], path: str) -> None:
             if not values.size:
                 continue
             mean, low, high, _ = mean_and_band(values)
-            line, = ax.plot(steps / 1e6, mean, lw=2, label=f"{label}, {len(runs)} seeds")
+            line, = ax.plot(steps / 1e6, mean, lw=2, label=f"{label}, {len(runs)} seed{'s' * (len(runs) > 1)}")
             ax.fill_between(steps / 1e6, low, high, color=line.get_color(), alpha=0.2)
             bar = BARS.get((runs[0]["algo"], task))
             if bar and bar not in drawn:

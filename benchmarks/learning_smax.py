@@ -209,7 +209,8 @@ def plot(records: List[dict], path: str, reference: Dict[Tuple[str, str], float]
             if not values.size:
                 continue
             mean, low, high, _ = mean_and_band(values)
-            line, = ax.plot(steps / 1e6, mean, "o-", ms=3, lw=2, label=f"{label}, {len(runs)} seeds")
+            seeds = f"{len(runs)} seed{'s' * (len(runs) > 1)}"
+            line, = ax.plot(steps / 1e6, mean, "o-", ms=3, lw=2, label=f"{label}, {seeds}")
             ax.fill_between(steps / 1e6, low, high, color=line.get_color(), alpha=0.2)
             algo = label.split(" ")[0]
             bars = bars_of(algo, map_name, reference) if label.endswith("greedy)") else []
