@@ -30,6 +30,7 @@ import glob
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -90,9 +91,9 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
 
 def variant_suffix(opts) -> str:
     """"_torch" for runs trained on the game's torch port, "_league<P>" for leagues ("_league<P>mix<M>" with
-    --league-mix): their folders and results are kept apart."""
+    --league-mix), "_<tag>" with --tag: their folders and results are kept apart."""
     return ("_torch" if opts.torch_port else "") + (f"_league{opts.league}" if opts.league else "") + (
-        f"mix{opts.league_mix}" if opts.league and opts.league_mix > 1 else "")
+        f"mix{opts.league_mix}" if opts.league and opts.league_mix > 1 else "") + (f"_{opts.tag}" if opts.tag else "")
 
 
 def seed_folder(opts, seed: int) -> str:
@@ -239,6 +240,9 @@ def main(argv=None):
                              "(run.py league --mix)")
     parser.add_argument("--phase-games", type=int, default=100,
                         help="with --league: games of every phase's learner against the bar's scripted player")
+    parser.add_argument("--tag", default="",
+                        help="a name for the flags after --, kept in the run folders' and result files' names "
+                             "(cnn for --env-kwargs board=image, say), so that other settings do not meet the same files")
     parser.add_argument("--run-dir", default="runs/selfplay")
     parser.add_argument("--out-dir", default="benchmarks/results/selfplay")
     parser.add_argument("--report", action="store_true", help="print the table of what --out-dir holds")
@@ -249,6 +253,8 @@ def main(argv=None):
         parser.error(f"--league-mix {opts.league_mix}: give 1 or more snapshots")
     if opts.phase_games < 1:
         parser.error(f"--phase-games {opts.phase_games}: give 1 or more games")
+    if opts.tag and not re.fullmatch(r"[A-Za-z0-9-]+", opts.tag):
+        parser.error(f"--tag {opts.tag!r}: letters, digits and '-' only (it becomes part of file names)")
     if opts.torch_port and opts.game != "connect_four":
         parser.error(f"--torch-port: {opts.game} has no torch port; connect_four has (torch:connect_four)")
     if not opts.report:
@@ -257,6 +263,11 @@ def main(argv=None):
             name = f"{opts.game}_{opts.algo}_{opts.total_timesteps // 1000}k{variant_suffix(opts)}_seed{seed}.json"
             path = os.path.join(opts.out_dir, name)
             if os.path.exists(path):
+                with open(path) as f:
+                    saved = json.load(f).get("extra_flags", [])
+                if saved != extra:
+                    raise SystemExit(f"{path} was made with the flags {' '.join(saved) or '(none)'} after --, not "
+                                     f"{' '.join(extra) or '(none)'}: give these settings a --tag of their own")
                 continue
             runs = train_league(opts, seed, extra) if opts.league else [train(opts, seed, extra)] * 2
             result = score(opts, seed, runs)

@@ -1,6 +1,7 @@
 """benchmarks/learning_selfplay.py end to end on a tiny tic-tac-toe budget: plain self-play (one run in both
 seats) and --league (one run per seat, from `run.py league`), each scored in its seats against every scripted
 player; a league of a bad size is refused with one line."""
+import argparse
 import json
 import os
 import subprocess
@@ -45,8 +46,21 @@ def test_selfplay_and_league_are_scored_in_each_seat(tmp_path, league):
         from benchmarks.learning_selfplay import play
         rates = play(runs[0], "tictactoe", 0, GAMES["tictactoe"][1]["random"], 7, 0, copies=3)
         assert all(abs(7 * v - round(7 * v)) < 1e-9 for v in rates.values()) and abs(sum(rates.values()) - 1) < 1e-9
+        other = run(tmp_path, *FLAGS, "--gamma", "0.9")  # the same result file, other settings: refused
+        assert other.returncode == 1 and "Traceback" not in other.stderr and "--tag" in other.stderr
+        assert json.load(open(tmp_path / "out" / name)) == result
+
+
+def test_a_tag_keeps_other_settings_apart():
+    sys.path.insert(0, REPO)
+    from benchmarks.learning_selfplay import variant_suffix
+    opts = argparse.Namespace(torch_port=True, league=20, league_mix=4, tag="cnn")
+    assert variant_suffix(opts) == "_torch_league20mix4_cnn"
+    assert variant_suffix(argparse.Namespace(torch_port=False, league=0, league_mix=1, tag="")) == ""
 
 
 def test_a_league_of_no_phases_is_refused(tmp_path):
     out = run(tmp_path, "--league", "-1")
     assert out.returncode == 2 and "Traceback" not in out.stderr and "--league -1" in out.stderr
+    out = run(tmp_path, "--tag", "a/b")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "--tag 'a/b'" in out.stderr
