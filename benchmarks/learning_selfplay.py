@@ -242,7 +242,8 @@ def main(argv=None):
                         help="with --league: games of every phase's learner against the bar's scripted player")
     parser.add_argument("--tag", default="",
                         help="a name for the flags after --, kept in the run folders' and result files' names "
-                             "(cnn for --env-kwargs board=image, say), so that other settings do not meet the same files")
+                             "(cnn for --env-kwargs board=image, say), so that other settings do not meet the "
+                             "same files")
     parser.add_argument("--run-dir", default="runs/selfplay")
     parser.add_argument("--out-dir", default="benchmarks/results/selfplay")
     parser.add_argument("--report", action="store_true", help="print the table of what --out-dir holds")
