@@ -40,7 +40,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import run as launcher  # noqa: E402
-from common.results import curves_on_grid, find_runs, latest_per_seed, mean_and_band, read_run  # noqa: E402
+from common.results import (curves_on_grid, find_runs, latest_per_seed, mean_and_band, read_run,  # noqa: E402
+                            seed_count)
 
 TASKS = ("simple_reference", "simple_speaker_listener")
 # (algo, task) -> (bar R_pz3, budget in env steps, where the bar comes from)
@@ -154,7 +155,7 @@ def plot(records: List[dict], path: str) -> None:
             if not values.size:
                 continue
             mean, low, high, _ = mean_and_band(values)
-            line, = ax.plot(steps / 1e6, mean, lw=2, label=f"{label}, {len(runs)} seed{'s' * (len(runs) > 1)}")
+            line, = ax.plot(steps / 1e6, mean, lw=2, label=f"{label}, {seed_count(len(runs))}")
             ax.fill_between(steps / 1e6, low, high, color=line.get_color(), alpha=0.2)
             bar = BARS.get((runs[0]["algo"], task))
             if bar and bar not in drawn:

@@ -26,6 +26,7 @@ import json
 import os
 
 import run as launcher
+from common.results import seed_count
 from learning_mpe import mean_curve, read_run  # the same curve arithmetic and run reader as the MPE bars
 
 BUDGET = 5_000_000
@@ -113,7 +114,7 @@ def plot(by_key, path: str) -> None:
                 continue
             steps, returns = mean_curve(by_key[(t, algo)])
             ax.plot(steps / 1e6, returns.T, color=color, alpha=0.25, lw=0.8)
-            ax.plot(steps / 1e6, returns.mean(0), color=color, lw=2, label=f"{algo} ({len(returns)} seeds)")
+            ax.plot(steps / 1e6, returns.mean(0), color=color, lw=2, label=f"{algo} ({seed_count(len(returns))})")
             if (t, algo) in BARS:
                 ax.axhline(BARS[(t, algo)], color=color, ls="--", lw=1)
         ax.axhline(RANDOM[task], color="gray", ls=":", lw=1, label=f"random {RANDOM[task]:g}")

@@ -37,7 +37,8 @@ import os
 import numpy as np
 
 import run as launcher
-from common.results import curves_on_grid, find_runs, latest_per_seed, mean_and_band, read_run, scalar_history
+from common.results import (curves_on_grid, find_runs, latest_per_seed, mean_and_band, read_run, scalar_history,
+                            seed_count)
 
 ENV = "lbf:Foraging-8x8-2p-3f-v3"
 BARS = {"mappo": (0.8, 5_000_000), "qmix": (0.8, 2_000_000)}  # algo: (normalised return, within env steps)
@@ -134,7 +135,7 @@ def plot(records, path: str) -> None:
     for algo, runs in sorted(by_algo.items()):
         steps, values = curves_on_grid([r["curve"] for r in runs])
         mean, low, high, _ = mean_and_band(values)
-        line, = ax.plot(steps / 1e6, mean, lw=2, label=f"{algo} ({len(runs)} seeds)")
+        line, = ax.plot(steps / 1e6, mean, lw=2, label=f"{algo} ({seed_count(len(runs))})")
         ax.fill_between(steps / 1e6, low, high, color=line.get_color(), alpha=0.2)
         bar, budget = bar_of(algo)
         if bar is not None:

@@ -23,7 +23,7 @@ import os
 import numpy as np
 
 import run as launcher
-from common.results import curves_on_grid, find_runs, latest_per_seed, mean_and_band, read_run
+from common.results import curves_on_grid, find_runs, latest_per_seed, mean_and_band, read_run, seed_count
 
 BARS = {("matd3", "mamujoco:HalfCheetah-2x3"): (2000.0, 1_000_000),
         ("hasac", "mamujoco:HalfCheetah-2x3"): (6968.0, 1_000_000)}  # HASAC: at least MATD3's recorded 6,968  # (return in the robot's units, env steps)
@@ -92,7 +92,7 @@ def plot(records, n: int, path: str) -> None:
     for (label, env), runs in sorted(by_key.items()):
         steps, values = curves_on_grid([[(s, v / n) for s, v in r["curve"]] for r in runs])
         mean, low, high, _ = mean_and_band(values)
-        line, = ax.plot(steps / 1e6, mean, lw=2, label=f"{label} ({len(runs)} seeds)")
+        line, = ax.plot(steps / 1e6, mean, lw=2, label=f"{label} ({seed_count(len(runs))})")
         ax.fill_between(steps / 1e6, low, high, color=line.get_color(), alpha=0.2)
         for seed_curve in values:
             ax.plot(steps / 1e6, seed_curve, color=line.get_color(), alpha=0.3, lw=0.8)

@@ -28,6 +28,7 @@ import os
 import numpy as np
 
 import run as launcher
+from common.results import seed_count
 
 BARS = {("mappo", 2_000_000): -30.0, ("mappo", 10_000_000): -25.0, ("ippo", 2_000_000): -32.0,
         ("qmix", 2_000_000): -30.0, ("vdn", 2_000_000): -30.0, ("qplex", 2_000_000): -30.0, ("iql", 2_000_000): -35.0,
@@ -109,7 +110,7 @@ def plot(summaries_by_algo, path: str, continuous=False) -> None:
         steps, returns = mean_curve(summaries)
         for seed_curve in returns:
             ax.plot(steps / 1e6, seed_curve, color=color, alpha=0.25, lw=0.8)
-        ax.plot(steps / 1e6, returns.mean(0), color=color, lw=2, label=f"{algo} ({len(summaries)} seeds)")
+        ax.plot(steps / 1e6, returns.mean(0), color=color, lw=2, label=f"{algo} ({seed_count(len(summaries))})")
         for (bar_algo, budget), bar in (CONTINUOUS_BARS if continuous else BARS).items():
             if bar_algo == algo.split(" ")[0] and budget <= steps.max() * 1.001:
                 ax.axhline(bar, color=color, ls="--", lw=1, label=f"{algo} bar {bar:g} at {budget / 1e6:g}M")

@@ -37,7 +37,8 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 import run as launcher
-from common.results import curves_on_grid, find_runs, latest_per_seed, mean_and_band, read_run, scalar_history
+from common.results import (curves_on_grid, find_runs, latest_per_seed, mean_and_band, read_run, scalar_history,
+                            seed_count)
 
 ALGOS = ("mappo", "ippo", "qmix")
 MAPS = ("3m", "2s3z", "3s5z", "5m_vs_6m")
@@ -209,8 +210,7 @@ def plot(records: List[dict], path: str, reference: Dict[Tuple[str, str], float]
             if not values.size:
                 continue
             mean, low, high, _ = mean_and_band(values)
-            seeds = f"{len(runs)} seed{'s' * (len(runs) > 1)}"
-            line, = ax.plot(steps / 1e6, mean, "o-", ms=3, lw=2, label=f"{label}, {seeds}")
+            line, = ax.plot(steps / 1e6, mean, "o-", ms=3, lw=2, label=f"{label}, {seed_count(len(runs))}")
             ax.fill_between(steps / 1e6, low, high, color=line.get_color(), alpha=0.2)
             algo = label.split(" ")[0]
             bars = bars_of(algo, map_name, reference) if label.endswith("greedy)") else []

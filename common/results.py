@@ -270,6 +270,11 @@ def curves_on_grid(curves: Sequence[Sequence[Tuple[int, float]]]) -> Tuple[np.nd
     return steps, values
 
 
+def seed_count(n: int) -> str:
+    """"1 seed", "3 seeds": how many seeds a plotted curve averages, for its legend."""
+    return f"{n} seed{'s' * (n != 1)}"
+
+
 def mean_and_band(values: np.ndarray, level: float = 0.95, n_boot: int = 1000) -> Tuple[np.ndarray, ...]:
     """Per column of (S, P) values (NaN where a seed has no value): mean over the seeds present,
     the bootstrap interval of that mean, and how many seeds are present."""

@@ -1,6 +1,7 @@
 """benchmarks/learning_selfplay.py end to end on a tiny tic-tac-toe budget: plain self-play (one run in both
 seats) and --league (one run per seat, from `run.py league`), each scored in its seats against every scripted
-player; a league of a bad size is refused with one line."""
+player; a league of a bad size or a tag that cannot name files is refused with one line, and a result file
+made with other flags is not taken as done."""
 import argparse
 import json
 import os
@@ -59,7 +60,7 @@ def test_a_tag_keeps_other_settings_apart():
     assert variant_suffix(argparse.Namespace(torch_port=False, league=0, league_mix=1, tag="")) == ""
 
 
-def test_a_league_of_no_phases_is_refused(tmp_path):
+def test_bad_options_are_refused_with_one_line(tmp_path):
     out = run(tmp_path, "--league", "-1")
     assert out.returncode == 2 and "Traceback" not in out.stderr and "--league -1" in out.stderr
     out = run(tmp_path, "--tag", "a/b")
