@@ -133,8 +133,8 @@ def train(opts, seed: int, extra) -> str:
         command = [sys.executable, f"algos/{opts.algo}.py", "--env", train_env(opts), "--seed", str(seed),
                    "--total-timesteps", str(opts.total_timesteps), "--run-dir", run_dir,
                    "--torch-threads", str(opts.torch_threads), *extra]
-        if done:
-            command.append("--resume")
+        if done:  # an interrupted run: continue it from its folder's checkpoint
+            command += ["--resume", os.path.dirname(done[0])]
         print(" ".join(command), flush=True)
         subprocess.run(command, check=True, cwd=REPO)
         done = glob.glob(os.path.join(run_dir, "*", "summary.json"))

@@ -1,7 +1,7 @@
 """benchmarks/learning_selfplay.py end to end on a tiny tic-tac-toe budget: plain self-play (one run in both
 seats) and --league (one run per seat, from `run.py league`), each scored in its seats against every scripted
 player; a league of a bad size or a tag that cannot name files is refused with one line, and a result file
-made with other flags is not taken as done."""
+made with other flags is not taken as done; an interrupted run is resumed from its own folder."""
 import argparse
 import json
 import os
@@ -58,6 +58,21 @@ def test_a_tag_keeps_other_settings_apart():
     opts = argparse.Namespace(torch_port=True, league=20, league_mix=4, tag="cnn")
     assert variant_suffix(opts) == "_torch_league20mix4_cnn"
     assert variant_suffix(argparse.Namespace(torch_port=False, league=0, league_mix=1, tag="")) == ""
+
+
+def test_an_interrupted_run_is_resumed_from_its_folder(tmp_path, monkeypatch):
+    sys.path.insert(0, REPO)
+    import benchmarks.learning_selfplay as selfplay
+    opts = argparse.Namespace(run_dir=str(tmp_path), game="tictactoe", algo="ippo", torch_port=True, league=0,
+                              league_mix=1, tag="", total_timesteps=2048, torch_threads=1)
+    folder = os.path.join(selfplay.seed_folder(opts, 1), "ippo__torch-tictactoe__1__1")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump({"status": "interrupted"}, f)
+    commands = []
+    monkeypatch.setattr(selfplay.subprocess, "run", lambda command, **kw: commands.append(command))
+    assert selfplay.train(opts, 1, []) == folder
+    assert commands[0][-2:] == ["--resume", folder]
 
 
 def test_bad_options_are_refused_with_one_line(tmp_path):
