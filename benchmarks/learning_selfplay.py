@@ -56,12 +56,18 @@ def acting_network(run_path: str, env):
     return net.requires_grad_(False), greedy_eval(saved)
 
 
+def view(obs: np.ndarray, board: tuple) -> np.ndarray:
+    """One seat's observation as the game's own board planes (what a scripted player reads)."""
+    return obs.reshape(-1)[: int(np.prod(board))].reshape(board).astype(np.int8)
+
+
 @torch.no_grad()
-def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, copies: int = 100) -> dict:
+def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, copies: int = 100,
+         watch=None) -> dict:
     """`games` games of the run's policy in seat `seat` against `opponent` (obs, mask, rng) -> action,
     in `copies` env copies at once: {"win", "draw", "loss"} rates of the policy's seat. Each copy
     plays an equal share of the games: counting the first `games` to end would over-count short ones
-    (quick losses, say)."""
+    (quick losses, say). `watch(board, mask, action)`, if given, sees each of the policy's moves."""
     saved = json.load(open(os.path.join(run_path, "args.json")))
     env = make_env(f"classic:{game}", min(copies, games), seed, parse_env_kwargs(saved["env_kwargs"]))  # as trained
     net, greedy = acting_network(run_path, env)
@@ -75,8 +81,9 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
         dist, state = net(torch.as_tensor(obs)[None], state, starts[None], torch.as_tensor(mask)[None])
         actions = (dist.mode() if greedy else dist.sample())[0].numpy().copy()  # (E, N)
         for i in np.flatnonzero(env.acting[:, 1 - seat]):  # the scripted player's moves
-            view = obs[i, 1 - seat].reshape(-1)[: int(np.prod(board))].reshape(board).astype(np.int8)
-            actions[i, 1 - seat] = opponent(view, mask[i, 1 - seat].astype(np.int8), rng)
+            actions[i, 1 - seat] = opponent(view(obs[i, 1 - seat], board), mask[i, 1 - seat].astype(np.int8), rng)
+        for i in np.flatnonzero(env.acting[:, seat] & (quota > 0)) if watch else ():
+            watch(view(obs[i, seat], board), mask[i, seat].astype(np.int8), int(actions[i, seat]))
         step = env.step(actions)
         for i in np.flatnonzero(step.done & (quota > 0)):
             results.append(step.episode_return[i, seat])
