@@ -590,6 +590,9 @@ class RunRecorder:
         self.next_eval = _next_multiple(global_step, args.eval_every)
         self.next_ckpt = _next_multiple(global_step, args.checkpoint_every)
         self.start_time, self.eval_time, self.start_step = time.time(), 0.0, global_step
+        # the time spent before the checkpoint a resumed run starts from (None: a checkpoint too old to hold it)
+        self.prior_wall_s = ckpt.get("wall_time_s") if ckpt else 0.0
+        self.prior_train_s = ckpt.get("train_time_s") if ckpt else 0.0
         self.last_stats: Dict[str, float] = {}
         self.training_over = False  # set by final_evaluation: a signal then no longer stops the run
         self.stop_signal: Optional[int] = None
@@ -684,9 +687,20 @@ class RunRecorder:
             self.evaluate(eval_envs, policy, global_step, groups)
         return self.eval_returns
 
+    def wall_time_s(self) -> float:
+        """Seconds the run has taken, the processes before a resume included (a resumed run from a checkpoint
+        that does not say: this process's only)."""
+        return (self.prior_wall_s or 0.0) + time.time() - self.start_time
+
+    def train_time_s(self) -> float:
+        """wall_time_s without the time spent evaluating."""
+        return (self.prior_train_s or 0.0) + time.time() - self.start_time - self.eval_time
+
     def sps(self, global_step: int) -> float:
-        """Env steps per second since this process started training, evaluation time left out."""
-        return (global_step - self.start_step) / max(time.time() - self.start_time - self.eval_time, 1e-9)
+        """Env steps per second over the whole run, evaluation time left out (a resumed run from a checkpoint
+        that does not hold its earlier time: since this process started)."""
+        steps = global_step - (self.start_step if self.prior_train_s is None else 0)
+        return steps / max(self.train_time_s(), 1e-9)
 
     def log_iteration(self, global_step: int, stats: Dict[str, float], rollout_s: float, update_s: float,
                       train_returns: Sequence[float], train_lengths: Sequence[int],
@@ -783,6 +797,7 @@ class RunRecorder:
             raise self._diverged(global_step, f"the checkpoint's {bad} holds NaN or infinite values")
         payload = {**payload, "eval_history": [[step, value] for step, value in self.eval_history],
                    "eval_win_history": [[step, value] for step, value in self.eval_win_history],
+                   "wall_time_s": self.wall_time_s(), "train_time_s": self.train_time_s(),
                    "envs": [env.state_dict() if hasattr(env, "state_dict") else None for env in self.envs]}
         save_checkpoint(self.checkpoint_path, payload)
         self.checkpoint_step = global_step
@@ -802,7 +817,7 @@ class RunRecorder:
                        extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         returns = self.eval_returns
         summary = {"algo": self.algo, "env": self.args.env, "seed": self.args.seed, "status": status,
-                   "global_step": global_step, "wall_time_s": time.time() - self.start_time,
+                   "global_step": global_step, "wall_time_s": self.wall_time_s(),
                    "sps": self.sps(global_step),
                    "eval_return_mean": float(returns.mean()), "eval_return_std": float(returns.std()),
                    "eval_episodes": int(len(returns)), "eval_policy": eval_policy(self.args),

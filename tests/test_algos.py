@@ -101,9 +101,14 @@ def test_checkpoint_resume_and_evaluate(tiny):
     run_path = first["run_dir"]
     ckpt = torch.load(os.path.join(run_path, "checkpoint.pt"), weights_only=True)
     assert ckpt["algo"] == "mappo" and ckpt["global_step"] == 2 * per_iteration and ckpt["iteration"] == 2
+    assert 0 < ckpt["train_time_s"] <= ckpt["wall_time_s"]
+    ckpt.update(wall_time_s=1000.0, train_time_s=900.0)  # as if the first process had trained for 15 minutes
+    torch.save(ckpt, os.path.join(run_path, "checkpoint.pt"))
 
     resumed = mappo.main(tiny(mappo, total_timesteps=4 * per_iteration, resume=run_path))
     assert resumed["global_step"] == 4 * per_iteration
+    # the summary's time and speed are the whole run's, the process before the resume included
+    assert resumed["wall_time_s"] > 1000 and resumed["sps"] < 4 * per_iteration / 900
     assert resumed["run_dir"] == run_path  # continues in the same folder
     with open(os.path.join(run_path, "summary.json")) as f:
         assert json.load(f)["global_step"] == 4 * per_iteration
