@@ -1034,6 +1034,8 @@ def crossplay_command(argv: List[str]) -> dict:
         "return against the median of side 0's returns over the table.")
     parser.add_argument("runs", nargs="+", help="run folders (or folders of runs), all on one env")
     parser.add_argument("--random", action="store_true", help="add a player of uniformly random legal actions")
+    parser.add_argument("--scripted", nargs="+", default=[], metavar="NAME",
+                        help="add scripted players of the game (connect four: win_or_block)")
     parser.add_argument("--games", type=int, default=200, help="episodes per pairing")
     parser.add_argument("--seed", type=int, default=0, help="env copy i of every pairing is seeded SEED + i")
     parser.add_argument("--bootstrap", type=int, default=200, help="resamples for the Elo intervals")
@@ -1049,6 +1051,8 @@ def crossplay_command(argv: List[str]) -> dict:
         members[name] = path
     if opts.random:
         members[league.RANDOM] = league.RANDOM
+    for name in opts.scripted:
+        members[name] = league.SCRIPTED + name
     with signals_to(_stop_now):
         table = league.crossplay(members, opts.games, opts.seed)  # checks the runs before it plays
     out = opts.out or os.path.join(os.path.dirname(os.path.abspath(runs_with_checkpoints(opts.runs)[0])), "crossplay")
@@ -1143,7 +1147,8 @@ def league_command(argv: List[str]) -> dict:
     parser.add_argument("--snapshot-every", type=int, default=1, help="a learner's run joins its side's pool every "
                                                                       "this many of its phases")
     parser.add_argument("--pool", nargs="+", action="extend", default=[], metavar="SIDE=RUN",
-                        help="runs (any algorithm) in a side's pool from the start, beside random")
+                        help="runs (any algorithm) in a side's pool from the start, beside random; RUN may also be "
+                             "a scripted player of the game, scripted:NAME (connect four: scripted:win_or_block)")
     parser.add_argument("--games", type=int, default=100, help="episodes per pairing for --opponents prioritised "
                                                                "and for the final cross-play table")
     parser.add_argument("--bootstrap", type=int, default=200, help="resamples for the Elo intervals")
@@ -1199,6 +1204,10 @@ def league_command(argv: List[str]) -> dict:
         side, _, path = pair.partition("=")
         if side not in sides or not path:
             raise ConfigError(f"--pool takes SIDE=RUN with SIDE one of {', '.join(sides)}, got {pair!r}")
+        if path.startswith(league.SCRIPTED):  # a scripted player of the game: any side, no run to check
+            league.scripted_player(path, opts.env)
+            seeded.setdefault(side, []).append(path)
+            continue
         learned = league.run_sides(path)
         if (learned["env"], learned["env_kwargs"]) != (opts.env, env_kwargs) or side not in learned["sides"]:
             raise ConfigError(f"--pool {pair}: that run played {learned['env']} with --env-kwargs "

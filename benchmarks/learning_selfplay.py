@@ -20,6 +20,8 @@ scored in its own seat, and every phase's learner plays --phase-games games in i
 bar's scripted player (how play moved from phase to phase).
 
     python benchmarks/learning_selfplay.py --game connect_four --torch-port --league 20 --total-timesteps 20000000
+    python benchmarks/learning_selfplay.py --game connect_four --torch-port --league 20 --league-mix 4 \
+        --league-scripted win_or_block --total-timesteps 20000000   # the scripted player in both pools from the start
 
 Bars: tic-tac-toe, at most 2% of 1,000 games lost to the perfect player in each seat; connect four,
 at least 90% won against win-or-block in each seat. Every finished seed writes its JSON under
@@ -98,9 +100,12 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
 
 def variant_suffix(opts) -> str:
     """"_torch" for runs trained on the game's torch port, "_league<P>" for leagues ("_league<P>mix<M>" with
-    --league-mix), "_<tag>" with --tag: their folders and results are kept apart."""
+    --league-mix, then "_pool-<names>" with --league-scripted), "_<tag>" with --tag: their folders and results
+    are kept apart."""
+    scripted = "-".join(opts.league_scripted) if opts.league else ""
     return ("_torch" if opts.torch_port else "") + (f"_league{opts.league}" if opts.league else "") + (
-        f"mix{opts.league_mix}" if opts.league and opts.league_mix > 1 else "") + (f"_{opts.tag}" if opts.tag else "")
+        f"mix{opts.league_mix}" if opts.league and opts.league_mix > 1 else "") + (
+        f"_pool-{scripted}" if scripted else "") + (f"_{opts.tag}" if opts.tag else "")
 
 
 def seed_folder(opts, seed: int) -> str:
@@ -124,6 +129,8 @@ def train_league(opts, seed: int, extra) -> list:
                    "--phases", str(opts.league), "--phase-steps", str(opts.total_timesteps // opts.league),
                    "--opponents", opts.league_opponents, "--mix", str(opts.league_mix), "--games", "100",
                    "--seed", str(seed), "--league-dir", folder,
+                   *(["--pool", *[f"{s}=scripted:{n}" for s in seats for n in opts.league_scripted]]
+                     if opts.league_scripted else []),
                    "--", "--torch-threads", str(opts.torch_threads), *extra]
         print(" ".join(command), flush=True)
         subprocess.run(command, check=True, cwd=REPO)
@@ -245,6 +252,9 @@ def main(argv=None):
     parser.add_argument("--league-mix", type=int, default=1, metavar="M",
                         help="with --league: each learner faces M snapshots at once, its env copies split among them "
                              "(run.py league --mix)")
+    parser.add_argument("--league-scripted", nargs="+", default=[], metavar="NAME",
+                        help="with --league: scripted players of the game in both seats' pools from the start, beside "
+                             "random (run.py league --pool SEAT=scripted:NAME; connect four: win_or_block)")
     parser.add_argument("--phase-games", type=int, default=100,
                         help="with --league: games of every phase's learner against the bar's scripted player")
     parser.add_argument("--tag", default="",
@@ -257,6 +267,8 @@ def main(argv=None):
     opts = parser.parse_args(argv)
     if opts.league < 0 or (opts.league and opts.total_timesteps < opts.league):
         parser.error(f"--league {opts.league}: give a number of phases from 1 to --total-timesteps, or 0 for self-play")
+    if opts.league_scripted and not opts.league:
+        parser.error("--league-scripted puts scripted players in a league's pools: give --league PHASES too")
     if opts.league_mix < 1:
         parser.error(f"--league-mix {opts.league_mix}: give 1 or more snapshots")
     if opts.phase_games < 1:

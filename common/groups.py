@@ -31,6 +31,7 @@ from torch import nn
 from common.cli import ConfigError, saved_args
 from common.run_utils import greedy_eval, load_checkpoint
 from common.turns import check_turns
+from envs.torch_connect_four import win_or_block
 
 
 # Scenarios whose name prefixes are roles within one team, not sides: their prefixes' default groups
@@ -44,6 +45,27 @@ TEAMS = {
 
 
 RANDOM = "random"  # what `--load-group GROUP=random` and a cross-play's random member play: uniform random actions
+SCRIPTED = "scripted:"  # `--load-group GROUP=scripted:NAME`: a scripted player of the game, SCRIPTED_PLAYERS[NAME]
+# name -> (the games it plays, its batched move function (obs (B, ...), mask (B, A), generator) -> (B,) actions)
+SCRIPTED_PLAYERS = {"win_or_block": (("connect_four",), win_or_block)}
+
+
+def is_fixed_player(member: str) -> bool:
+    """A member that is not a run: `random` or a scripted player (`scripted:NAME`)."""
+    return member == RANDOM or member.startswith(SCRIPTED)
+
+
+def scripted_player(spec: str, env_name: str):
+    """The move function of `scripted:NAME` on `env_name` (a `torch:` port or its `classic:` original);
+    an unknown name, or a player of another game, fails naming those there are."""
+    name, game = spec[len(SCRIPTED):], env_name.split(":")[-1]
+    if name not in SCRIPTED_PLAYERS:
+        raise ConfigError(f"no scripted player {name!r}; there are: " + ", ".join(
+            f"{SCRIPTED}{n} ({' or '.join(games)})" for n, (games, _) in SCRIPTED_PLAYERS.items()))
+    games, move = SCRIPTED_PLAYERS[name]
+    if game not in games:
+        raise ConfigError(f"{spec} plays {' or '.join(games)}, not {env_name}")
+    return move
 
 
 # Families whose agents are seats of a game (player_0 against player_1): each agent is a side of its own,
@@ -137,7 +159,8 @@ class GroupArgs:
     """GROUP=RUN pairs (a run folder or its checkpoint.pt; the run must be on this env and these agents): from a run
     of this algorithm GROUP's weights are copied and it may go on learning; from another algorithm's run GROUP acts as
     that run's policy (greedy, or as that run evaluates), built by that algorithm's own code, and stays fixed.
-    RUN may be `random` (uniform random actions), or several, GROUP=RUN,RUN,random: a fixed pool, env copy e played
+    RUN may be `random` (uniform random actions), `scripted:NAME` (a scripted player of the game: scripted:win_or_block
+    on connect four wins when it can, blocks when it must, else moves at random), or several, GROUP=RUN,RUN,random: a fixed pool, env copy e played
     by member e mod M, each sampling its policy as in training"""
 
 
@@ -312,6 +335,9 @@ def policy_map(args, envs, algo: str, device: Optional[torch.device] = None, cop
             if member == RANDOM:
                 players.append(RandomPolicy(group, envs, group_of_agent, names, device))
                 continue
+            if member.startswith(SCRIPTED):
+                players.append(ScriptedPolicy(member, group, args.env, envs, group_of_agent, names, device))
+                continue
             ckpt = loaded_run(member, group, args.env, agents, names, group_of_agent)
             if ckpt["algo"] != algo or not copy or pool:
                 players.append(LoadedPolicy(group, member, ckpt, envs, group_of_agent, names, device, args.env_kwargs,
@@ -438,6 +464,26 @@ class RandomPolicy(_GroupActor):
         if not self.discrete:
             return 2.0 * u - 1.0, None
         return (u if mask is None else u.masked_fill(~mask.bool(), -1.0)).argmax(-1), None
+
+
+class ScriptedPolicy(_GroupActor):
+    """A group played by a scripted player of the game (`--load-group GROUP=scripted:NAME`): every
+    agent's move computed for all copies at once from what the agent sees and its legal actions
+    (only the group's agents' moves are used)."""
+
+    def __init__(self, spec: str, group: str, env_name: str, envs, group_of_agent: Sequence[int],
+                 names: Sequence[str], device):
+        self.algo, self.move, self.width = spec, scripted_player(spec, env_name), envs.n_actions
+        self.agent_mask = group_mask(group, group_of_agent, names, device)
+
+    def initial_state(self, batch: int, device=None):
+        return None
+
+    def act(self, obs, state, starts, mask=None):
+        E, N = starts.shape
+        legal = torch.ones(E * N, self.width, dtype=torch.bool, device=obs.device) if mask is None \
+            else mask.reshape(E * N, -1)
+        return self.move(obs.reshape(E * N, *obs.shape[2:]), legal, None).reshape(E, N), None
 
 
 class PoolPolicy(_GroupActor):

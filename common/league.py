@@ -1,7 +1,8 @@
 """Matches between runs, cross-play tables and Elo ratings: any run's policy in any side of an env.
 
 A *member* is a finished run (any algorithm: its own file builds its acting network, as
-`--load-group` does) or `random` (uniformly random legal actions). A *side* is one of the env's
+`--load-group` does), `random` (uniformly random legal actions) or a scripted player of the game
+(`scripted:win_or_block` on connect four, common/groups.py's SCRIPTED_PLAYERS). A *side* is one of the env's
 groups: the seats of a turn-based game (`player_1`, `player_2`), or `adversary` and `agent` in
 simple_tag. A member plays the sides it learned (its `--train-groups`, or every side it did not
 load from another run). `crossplay` plays every member of side 0 against every member of side 1,
@@ -24,7 +25,8 @@ import numpy as np
 import torch
 
 from common.cli import ConfigError
-from common.groups import RANDOM, LoadedPolicy, agent_names, assign_groups, loaded_run
+from common.groups import (RANDOM, SCRIPTED, LoadedPolicy, ScriptedPolicy, agent_names, assign_groups,
+                           is_fixed_player, loaded_run, scripted_player)
 from common.run_utils import episode_quota, load_checkpoint
 from common.turns import check_turns
 from envs import make_env, parse_env_kwargs
@@ -48,9 +50,9 @@ def run_sides(path: str) -> dict:
 def check_members(members: Dict[str, str]) -> dict:
     """Every run on one env with the same arguments; {"env", "env_kwargs", "sides": {member: sides}}.
     A mismatch fails naming the runs, before anything is played or written."""
-    runs = {name: run_sides(path) for name, path in members.items() if path != RANDOM}
+    runs = {name: run_sides(path) for name, path in members.items() if not is_fixed_player(path)}
     if not runs:
-        raise ConfigError("a cross-play needs at least one run (random alone plays nobody)")
+        raise ConfigError("a cross-play needs at least one run (random and scripted players alone play nobody)")
     first = next(iter(runs))
     for name, run in runs.items():
         for key in ("env", "env_kwargs"):
@@ -64,8 +66,8 @@ def check_members(members: Dict[str, str]) -> dict:
 @torch.no_grad()
 def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games: int, seed: int = 0,
          copies: int = 50, max_steps: int = 10_000) -> np.ndarray:
-    """`games` episodes with side `group` played by `lineup[group]` (a run path, or RANDOM; sides not
-    in the lineup play at random). Returns (games, G): each side's return (its agents' rewards
+    """`games` episodes with side `group` played by `lineup[group]` (a run path, RANDOM or a scripted
+    player `scripted:NAME`; sides not in the lineup play at random). Returns (games, G): each side's return (its agents' rewards
     summed over the episode), sides in the env's group order. Each copy plays an equal share of the
     games (counting the first to end would over-count short ones). An episode still going after
     `max_steps` steps (Go between players that never pass) stops the match with an error."""
@@ -74,7 +76,9 @@ def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games
     names, group_of_agent = assign_groups(agents, (), env_name)
     policies = []
     for group, path in lineup.items():
-        if path != RANDOM:
+        if path.startswith(SCRIPTED):
+            policies.append(ScriptedPolicy(path, group, env_name, env, group_of_agent, names, torch.device("cpu")))
+        elif path != RANDOM:
             ckpt = loaded_run(path, group, env_name, agents, names, group_of_agent)
             policies.append(LoadedPolicy(group, path, ckpt, env, group_of_agent, names, torch.device("cpu"),
                                          env_kwargs))
@@ -124,10 +128,13 @@ def env_sides(env_name: str, env_kwargs: Sequence[str] = (), algos: Sequence[str
 
 
 def crossplay(members: Dict[str, str], games: int, seed: int = 0, log=print) -> dict:
-    """Every member that plays side 0 against every member that plays side 1 (RANDOM plays both),
+    """Every member that plays side 0 against every member that plays side 1 (random and scripted players play both),
     `games` episodes each, in an env of two sides. Returns the table: {"env", "env_kwargs",
     "sides", "members", "cells": [{"side_0": member, "side_1": member, "returns": (games, 2)}]}."""
     info = check_members(members)
+    for path in members.values():
+        if path.startswith(SCRIPTED):
+            scripted_player(path, info["env"])  # a player of another game fails before anything is played
     sides = env_sides(info["env"], info["env_kwargs"])
     if len(sides) != 2:
         raise ConfigError(f"{info['env']} has {len(sides)} sides ({', '.join(sides)}); a cross-play table is between "

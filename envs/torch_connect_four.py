@@ -198,6 +198,33 @@ class TorchConnectFour:
         pass
 
 
+def win_or_block(obs: torch.Tensor, mask: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """The win-or-block player on a batch of positions, each seen by the player to move: (B, 84)
+    or (B, 6, 7, 2) boards (its pieces, then the opponent's, as both games give them), (B, 7) legal
+    columns -> (B,) columns. Wins now where it can, else blocks the opponent's immediate win, else
+    plays a random legal column; several wins (or threats) are chosen between at random. The same
+    player as benchmarks/game_opponents.py's `win_or_block`, for a whole batch in one call."""
+    B = obs.shape[0]
+    planes = obs.reshape(B, ROWS, COLS, 2) > 0.5
+    mine, theirs = planes[..., 0], planes[..., 1]
+    height = (mine | theirs).sum(1)  # (B, 7) pieces in each column
+    legal = mask.bool() & (height < ROWS)
+    legal = legal | ~legal.any(-1, keepdim=True)  # no legal column: any (the move is not played)
+    row = (ROWS - 1 - height).clamp(min=0)  # where a piece dropped into each column lands
+    drop = torch.zeros(B, COLS, ROWS, COLS, dtype=torch.bool, device=obs.device)  # (B, column played, 6, 7)
+    drop[torch.arange(B, device=obs.device)[:, None], torch.arange(COLS, device=obs.device)[None], row,
+         torch.arange(COLS, device=obs.device)[None]] = True
+
+    def completes(pieces: torch.Tensor) -> torch.Tensor:  # (B, 7): a piece of `pieces`' owner there makes four
+        after = (pieces[:, None] | drop).reshape(B * COLS, ROWS, COLS)
+        return TorchConnectFour.four_in_a_row(after).reshape(B, COLS) & legal
+
+    wins, blocks = completes(mine), completes(theirs)
+    choice = torch.where(wins.any(-1, keepdim=True), wins, torch.where(blocks.any(-1, keepdim=True), blocks, legal))
+    u = torch.rand(B, COLS, generator=generator, device=obs.device)
+    return torch.where(choice, u, -1.0).argmax(-1)
+
+
 def arguments(name: str = "connect_four") -> Dict[str, object]:
     return dict(ARGUMENTS)
 

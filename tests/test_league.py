@@ -324,3 +324,25 @@ def test_every_copy_plays_an_equal_share_of_a_match(monkeypatch):
     monkeypatch.setattr(league, "make_env", lambda *a, **k: _UnevenGames())
     returns = league.play("uneven", (), {}, games=4, copies=2)
     assert returns.shape == (4, 2) and sorted(returns[:, 0].tolist()) == [-1.0, -1.0, 1.0, 1.0]
+
+
+def test_scripted_players_in_a_crossplay_and_a_league_pool(runs, tmp_path):
+    """`--scripted win_or_block` and `--pool SIDE=scripted:win_or_block` seat connect four's scripted
+    player; on another game both fail before anything is written."""
+    wrong = cli(runs["both"], "--scripted", "win_or_block", "--out", str(tmp_path / "table"))
+    assert wrong.returncode == 2 and "plays connect_four, not classic:tictactoe" in wrong.stderr, wrong.stderr
+    assert "Traceback" not in wrong.stderr and not (tmp_path / "table").exists()
+    bad = league_cli(tmp_path / "bad", "--pool", "player_2=scripted:win_or_block")
+    assert bad.returncode == 2 and "plays connect_four" in bad.stderr and not (tmp_path / "bad").exists()
+    folder = tmp_path / "c4"
+    out = subprocess.run([sys.executable, "run.py", "league", "--env", "torch:connect_four", "--side", "player_0=ippo",
+                          "--side", "player_1=ippo", "--phases", "2", "--phase-steps", "256", "--games", "10",
+                          "--bootstrap", "10", "--workers", "1", "--pool", "player_1=scripted:win_or_block",
+                          "player_0=scripted:win_or_block", "--league-dir", str(folder), *RUN_FLAGS], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    state = json.load(open(folder / "league.json"))
+    assert [m["name"] for m in state["pool"]["player_1"]][:2] == ["random", "scripted:win_or_block"]
+    table = json.load(open(folder / "crossplay" / "crossplay.json"))
+    wob = [c for c in table["cells"] if c["side_0"] == "scripted:win_or_block" and c["side_1"] == "random"]
+    assert len(wob) == 1 and np.mean(np.array(wob[0]["returns"])[:, 0] > 0) >= 0.7  # it beats random moves

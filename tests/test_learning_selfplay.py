@@ -55,16 +55,19 @@ def test_selfplay_and_league_are_scored_in_each_seat(tmp_path, league):
 def test_a_tag_keeps_other_settings_apart():
     sys.path.insert(0, REPO)
     from benchmarks.learning_selfplay import variant_suffix
-    opts = argparse.Namespace(torch_port=True, league=20, league_mix=4, tag="cnn")
+    opts = argparse.Namespace(torch_port=True, league=20, league_mix=4, league_scripted=[], tag="cnn")
     assert variant_suffix(opts) == "_torch_league20mix4_cnn"
-    assert variant_suffix(argparse.Namespace(torch_port=False, league=0, league_mix=1, tag="")) == ""
+    opts.league_scripted = ["win_or_block"]
+    assert variant_suffix(opts) == "_torch_league20mix4_pool-win_or_block_cnn"
+    assert variant_suffix(argparse.Namespace(torch_port=False, league=0, league_mix=1, league_scripted=[],
+                                             tag="")) == ""
 
 
 def test_an_interrupted_run_is_resumed_from_its_folder(tmp_path, monkeypatch):
     sys.path.insert(0, REPO)
     import benchmarks.learning_selfplay as selfplay
     opts = argparse.Namespace(run_dir=str(tmp_path), game="tictactoe", algo="ippo", torch_port=True, league=0,
-                              league_mix=1, tag="", total_timesteps=2048, torch_threads=1)
+                              league_mix=1, league_scripted=[], tag="", total_timesteps=2048, torch_threads=1)
     folder = os.path.join(selfplay.seed_folder(opts, 1), "ippo__torch-tictactoe__1__1")
     os.makedirs(folder)
     with open(os.path.join(folder, "summary.json"), "w") as f:
@@ -80,3 +83,24 @@ def test_bad_options_are_refused_with_one_line(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr and "--league -1" in out.stderr
     out = run(tmp_path, "--tag", "a/b")
     assert out.returncode == 2 and "Traceback" not in out.stderr and "--tag 'a/b'" in out.stderr
+
+
+def test_league_scripted_puts_the_scripted_player_in_both_pools(tmp_path, monkeypatch):
+    sys.path.insert(0, REPO)
+    import benchmarks.learning_selfplay as selfplay
+    opts = argparse.Namespace(run_dir=str(tmp_path), game="connect_four", algo="ippo", torch_port=True, league=4,
+                              league_mix=2, league_scripted=["win_or_block"], league_opponents="uniform", tag="",
+                              total_timesteps=4096, torch_threads=1)
+    folder = selfplay.seed_folder(opts, 1)
+    assert folder.endswith(os.path.join("connect_four_torch_league4mix2_pool-win_or_block", "ippo", "seed1"))
+    os.makedirs(folder)
+    with open(os.path.join(folder, "league.json"), "w") as f:
+        json.dump({"last": {"player_0/ippo": "a", "player_1/ippo": "b"}}, f)
+    commands = []
+    monkeypatch.setattr(selfplay.subprocess, "run", lambda command, **kw: commands.append(command))
+    assert selfplay.train_league(opts, 1, []) == ["a", "b"]
+    pool = commands[0][commands[0].index("--pool") + 1:][:2]
+    assert pool == ["player_0=scripted:win_or_block", "player_1=scripted:win_or_block"]
+    monkeypatch.undo()
+    out = run(tmp_path, "--league-scripted", "win_or_block")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "give --league PHASES" in out.stderr
