@@ -27,6 +27,9 @@ budget that have not reached it yet are "open", not failed.
     python benchmarks/learning_comm.py --algo mappo --tasks simple_reference --seeds 3 --total-timesteps 10000000
     python benchmarks/learning_comm.py --from-runs runs/comm_bench --json benchmarks/results/learning_comm/x.json
     python benchmarks/learning_comm.py --from-runs runs/comm_bench --plot docs/img/comm_learning.png
+    # seeds 2 and 3 now, seed 1's curve from the results file an earlier session wrote
+    python benchmarks/learning_comm.py --algo iql --tasks simple_reference --seeds 2 --first-seed 2 --total-timesteps 2000000 \
+        --with-json benchmarks/results/learning_comm/iql_simple_reference-torch_2m_defaults_seed1.json
 """
 import argparse
 import json
@@ -81,6 +84,29 @@ def read_runs(root: str, algos: Optional[List[str]] = None, tasks: Optional[List
         if task is None or (tasks and task not in tasks) or (algos and record["algo"] not in algos):
             continue
         records.append({**record, "task": task})
+    return records
+
+
+def stored_runs(path: str, algos: Optional[List[str]] = None, tasks: Optional[List[str]] = None) -> List[dict]:
+    """The runs of a results file this script wrote (`--json`) as records `report` and `plot` take:
+    their curves, as far as each went (a run's end is its last evaluation)."""
+    try:
+        with open(path) as f:
+            stored = json.load(f)
+        runs, rows = stored["runs"], stored["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"error: {path} is not a results file of this script ({type(e).__name__}: {e})")
+    algo_of = {row["label"]: row["algo"] for row in rows}
+    finished = {(row["label"], row["task"]): row["finished"] for row in rows}
+    records = []
+    for run in runs:
+        task, curve = task_of(run["env"]), [(int(s), float(v)) for s, v in run["curve"]]
+        algo = algo_of.get(run["label"], run["label"].split(",")[0])
+        if task is None or not curve or (tasks and task not in tasks) or (algos and algo not in algos):
+            continue
+        records.append(dict(label=run["label"], algo=algo, task=task, env=run["env"], seed=run["seed"],
+                            path=run["path"], args={"config": run.get("config")}, curve=curve,
+                            global_step=curve[-1][0], finished=finished.get((run["label"], task), True)))
     return records
 
 
@@ -180,6 +206,8 @@ def main(argv=None) -> List[dict]:
                         help="algorithm files to train (default: mappo) or, with --from-runs, to read (default: all)")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="trained as torch:<task>")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=1, help="seeds FIRST..FIRST+SEEDS-1 (e.g. the seeds an "
+                        "earlier session did not reach)")
     parser.add_argument("--total-timesteps", type=int, default=10_000_000, help="env steps per run")
     parser.add_argument("--eval-every", type=int, default=250_000, help="env steps between greedy evaluations")
     parser.add_argument("--flags", default="", help="extra algorithm flags for every run, one quoted string")
@@ -189,16 +217,25 @@ def main(argv=None) -> List[dict]:
     parser.add_argument("--run-dir", default="runs/comm_bench")
     parser.add_argument("--from-runs", default=None, help="read every run of these tasks under this folder instead of "
                         "training")
+    parser.add_argument("--with-json", nargs="+", default=[], metavar="FILE",
+                        help="results files this script wrote earlier: their runs join the table (seeds whose run "
+                        "folders are gone, e.g. from an earlier session); a run here replaces a stored one of the "
+                        "same label, task and seed")
     parser.add_argument("--json", default=None, help="write the table and curves to this JSON file")
     parser.add_argument("--plot", default=None, help="write the learning curves to this PNG file")
     opts = parser.parse_args(argv)
     root = opts.from_runs or opts.run_dir
     if not opts.from_runs:
         launcher.main(["--algo", *(opts.algo or ["mappo"]), "--env", *[f"torch:{t}" for t in opts.tasks], "--seeds", str(opts.seeds),
+                       "--first-seed", str(opts.first_seed),
                        *([] if opts.defaults else ["--presets"]), "--workers", str(opts.workers), "--run-dir", root, "--",
                        "--total-timesteps", str(opts.total_timesteps), "--eval-every", str(opts.eval_every),
                        *shlex.split(opts.flags)])
-    records = read_runs(root, opts.algo or (None if opts.from_runs else ["mappo"]), opts.tasks)
+    algos = opts.algo or (None if opts.from_runs else ["mappo"])
+    records = read_runs(root, algos, opts.tasks) if os.path.isdir(root) else []
+    here = {(r["label"], r["task"], r["seed"]) for r in records}
+    records += [r for path in opts.with_json for r in stored_runs(path, algos, opts.tasks)
+                if (r["label"], r["task"], r["seed"]) not in here]
     if not records:
         raise SystemExit(f"error: no run of {' or '.join(opts.tasks)} under {root}")
     rows = report(records, opts.json)

@@ -83,3 +83,31 @@ def test_learning_comm_report_means_over_seeds_within_the_budget(tmp_path):
     assert learning_comm.verdict(-14.0, 1_000, -15.0, 5_000_000) is True
     assert learning_comm.task_of("simple_speaker_listener_v4") == "simple_speaker_listener"
     assert learning_comm.task_of("torch:simple_spread") is None
+
+
+def test_learning_comm_joins_stored_seeds_to_new_runs(tmp_path, monkeypatch):
+    """--with-json: the runs of an earlier results file join the table (seeds whose folders are gone);
+    a run of the same label, task and seed under --from-runs replaces the stored one."""
+    import learning_comm
+
+    def record(seed, value):
+        curve = [(1_000_000, value - 5.0), (2_000_000, value)]
+        return {"label": "iql", "algo": "iql", "task": "simple_reference", "env": "torch:simple_reference",
+                "seed": seed, "path": f"r{seed}", "curve": curve, "global_step": 2_000_000, "finished": True,
+                "args": {"config": None}}
+
+    stored = tmp_path / "seeds12.json"
+    learning_comm.report([record(1, -30.0), record(2, -40.0)], str(stored))
+    back = learning_comm.stored_runs(str(stored))
+    assert [(r["seed"], r["curve"][-1], r["finished"], r["algo"]) for r in back] == [
+        (1, (2_000_000, -30.0), True, "iql"), (2, (2_000_000, -40.0), True, "iql")]
+    assert learning_comm.stored_runs(str(stored), algos=["qmix"]) == []
+    rows = learning_comm.main(["--from-runs", str(tmp_path / "no_runs_here"), "--with-json", str(stored),
+                               "--json", str(tmp_path / "all.json")])
+    assert rows[0]["seeds"] == 2 and rows[0]["best_mean"] == pytest.approx(-35.0)
+    monkeypatch.setattr(learning_comm, "read_runs", lambda root, algos, tasks: [record(2, -20.0), record(3, -24.0)])
+    rows = learning_comm.main(["--from-runs", str(tmp_path), "--with-json", str(stored)])
+    assert rows[0]["seeds"] == 3 and sorted(rows[0]["best_per_seed"]) == pytest.approx([-30.0, -24.0, -20.0])
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(SystemExit, match="not a results file of this script"):
+        learning_comm.stored_runs(str(tmp_path / "bad.json"))
