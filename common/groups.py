@@ -160,8 +160,9 @@ class GroupArgs:
     of this algorithm GROUP's weights are copied and it may go on learning; from another algorithm's run GROUP acts as
     that run's policy (greedy, or as that run evaluates), built by that algorithm's own code, and stays fixed.
     RUN may be `random` (uniform random actions), `scripted:NAME` (a scripted player of the game: scripted:win_or_block
-    on connect four wins when it can, blocks when it must, else moves at random), or several, GROUP=RUN,RUN,random: a fixed pool, env copy e played
-    by member e mod M, each sampling its policy as in training"""
+    on connect four wins when it can, blocks when it must, else moves at random), or several,
+    GROUP=RUN,RUN,random: a fixed pool, env copy e played by member e mod M, each sampling its policy as in
+    training"""
 
 
 def check_group_args(args) -> None:

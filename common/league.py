@@ -67,9 +67,9 @@ def check_members(members: Dict[str, str]) -> dict:
 def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games: int, seed: int = 0,
          copies: int = 50, max_steps: int = 10_000) -> np.ndarray:
     """`games` episodes with side `group` played by `lineup[group]` (a run path, RANDOM or a scripted
-    player `scripted:NAME`; sides not in the lineup play at random). Returns (games, G): each side's return (its agents' rewards
-    summed over the episode), sides in the env's group order. Each copy plays an equal share of the
-    games (counting the first to end would over-count short ones). An episode still going after
+    player `scripted:NAME`; sides not in the lineup play at random). Returns (games, G): each side's
+    return (its agents' rewards summed over the episode), sides in the env's group order. Each copy
+    plays an equal share of the games (counting the first to end would over-count short ones). An episode still going after
     `max_steps` steps (Go between players that never pass) stops the match with an error."""
     env = make_env(env_name, min(copies, games), seed, parse_env_kwargs(env_kwargs))
     agents = agent_names(env)
