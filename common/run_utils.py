@@ -881,26 +881,34 @@ def checkpoint_for_evaluation(args, algo: str, args_cls) -> Tuple[Dict[str, Any]
     return ckpt, saved, env, device
 
 
-def report_greedy_evaluation(args, saved, env, policy, device: torch.device) -> Dict[str, Any]:
+def report_greedy_evaluation(args, saved, env, policy, device: torch.device,
+                             groups: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Play `--eval-episodes` greedy episodes with the loaded `policy` (one episode, saved as a
     GIF, with `--render-gif`), print the returns' mean, std, min and max (and the win rate, on an
-    env with a winner), close `env`, and return {"eval_return_mean", "eval_episodes"} (and
-    "eval_win_rate")."""
+    env with a winner; and each group's mean return where `groups`, every agent's group name, has
+    several: a zero-sum game's total says nothing), close `env`, and return {"eval_return_mean",
+    "eval_episodes"} (and "eval_win_rate", "eval_group_returns")."""
     frames = [] if args.render_gif else None
     greedy = greedy_eval(args)
     wins: List[bool] = []  # one per episode, for envs with a winner
-    returns = evaluate(env, policy, 1 if args.render_gif else args.eval_episodes, device, greedy=greedy, frames=frames,
-                       wins=wins)
+    per_agent = evaluate(env, policy, 1 if args.render_gif else args.eval_episodes, device, greedy=greedy,
+                         frames=frames, per_agent=True, wins=wins)
+    returns = per_agent.sum(-1)
+    by_group = {g: float(per_agent[:, [n for n, h in enumerate(groups) if h == g]].sum(-1).mean())
+                for g in dict.fromkeys(groups)} if groups and len(set(groups)) > 1 else {}
     if args.render_gif:
         save_gif(frames, args.render_gif)
         print(f"saved {len(frames)} frames to {args.render_gif}")
     won = f"; won {sum(wins)} (win rate {np.mean(wins):.2f})" if wins else ""
     print(f"{saved.env}: {'greedy' if greedy else 'sampled'} return over {len(returns)} episodes: "
-          f"mean {returns.mean():.2f}, std {returns.std():.2f}, min {returns.min():.2f}, max {returns.max():.2f}{won}")
+          f"mean {returns.mean():.2f}, std {returns.std():.2f}, min {returns.min():.2f}, max {returns.max():.2f}{won}"
+          + ("; by group: " + ", ".join(f"{g} {v:.2f}" for g, v in by_group.items()) if by_group else ""))
     env.close()
     result = {"eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns))}
     if wins:
         result["eval_win_rate"] = float(np.mean(wins))
+    if by_group:
+        result["eval_group_returns"] = by_group
     return result
 
 
@@ -914,8 +922,10 @@ def evaluate_checkpoint(args, algo: str, args_cls, acting_policy) -> Dict[str, A
     policy = acting_policy(saved, env, ckpt, device)
     if getattr(saved, "load_group", ()):  # groups that acted as another algorithm's run act as it again
         from common.groups import policy_map  # (common.groups builds on this module)
-        policy = policy_map(saved, env, algo, device).policy(policy)
-    result = {**report_greedy_evaluation(args, saved, env, policy, device), "global_step": int(ckpt["global_step"])}
+        # (turn_based: evaluation learns nothing, so a turn-based game needs no file that learns from moves)
+        policy = policy_map(saved, env, algo, device, turn_based=True).policy(policy)
+    result = {**report_greedy_evaluation(args, saved, env, policy, device, ckpt.get("agent_groups")),
+              "global_step": int(ckpt["global_step"])}
     if getattr(args, "track", False):
         path = args.evaluate_checkpoint
         track_evaluation(args, path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path)), result,
