@@ -69,8 +69,8 @@ def play(env_name: str, env_kwargs: Sequence[str], lineup: Dict[str, str], games
     """`games` episodes with side `group` played by `lineup[group]` (a run path, RANDOM or a scripted
     player `scripted:NAME`; sides not in the lineup play at random). Returns (games, G): each side's
     return (its agents' rewards summed over the episode), sides in the env's group order. Each copy
-    plays an equal share of the games (counting the first to end would over-count short ones). An episode still going after
-    `max_steps` steps (Go between players that never pass) stops the match with an error."""
+    plays an equal share of the games (counting the first to end would over-count short ones). An
+    episode still going after `max_steps` steps (Go between players that never pass) stops the match with an error."""
     env = make_env(env_name, min(copies, games), seed, parse_env_kwargs(env_kwargs))
     agents = agent_names(env)
     names, group_of_agent = assign_groups(agents, (), env_name)
@@ -128,8 +128,8 @@ def env_sides(env_name: str, env_kwargs: Sequence[str] = (), algos: Sequence[str
 
 
 def crossplay(members: Dict[str, str], games: int, seed: int = 0, log=print) -> dict:
-    """Every member that plays side 0 against every member that plays side 1 (random and scripted players play both),
-    `games` episodes each, in an env of two sides. Returns the table: {"env", "env_kwargs",
+    """Every member that plays side 0 against every member that plays side 1 (random and scripted
+    players play both), `games` episodes each, in an env of two sides. Returns the table: {"env", "env_kwargs",
     "sides", "members", "cells": [{"side_0": member, "side_1": member, "returns": (games, 2)}]}."""
     info = check_members(members)
     for path in members.values():

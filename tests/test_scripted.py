@@ -66,8 +66,8 @@ def test_a_seat_played_by_win_or_block_through_the_command_line(tmp_path):
     assert summary["status"] == "finished" and summary["eval_group_returns"]["player_1"] > 0.4
     assert json.load(open(run / "args.json"))["load_group"] == ["player_1=scripted:win_or_block"]
     # the checkpoint plays again with the scripted seat, and each side's return is printed
-    again = subprocess.run([sys.executable, "algos/ippo.py", "--evaluate-checkpoint", str(run), "--eval-episodes", "20"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    again = subprocess.run([sys.executable, "algos/ippo.py", "--evaluate-checkpoint", str(run),
+                            "--eval-episodes", "20"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
     line = again.stdout.strip().splitlines()[-1]
     assert "by group: player_0 " in line and float(line.split("player_1 ")[1]) > 0.2, line
