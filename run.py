@@ -1035,7 +1035,7 @@ def crossplay_command(argv: List[str]) -> dict:
     parser.add_argument("runs", nargs="+", help="run folders (or folders of runs), all on one env")
     parser.add_argument("--random", action="store_true", help="add a player of uniformly random legal actions")
     parser.add_argument("--scripted", nargs="+", default=[], metavar="NAME",
-                        help="add scripted players of the game (connect four: win_or_block)")
+                        help="add scripted players of the game (connect four: win_or_block; tic-tac-toe: perfect)")
     parser.add_argument("--games", type=int, default=200, help="episodes per pairing")
     parser.add_argument("--seed", type=int, default=0, help="env copy i of every pairing is seeded SEED + i")
     parser.add_argument("--bootstrap", type=int, default=200, help="resamples for the Elo intervals")
@@ -1148,7 +1148,8 @@ def league_command(argv: List[str]) -> dict:
                                                                       "this many of its phases")
     parser.add_argument("--pool", nargs="+", action="extend", default=[], metavar="SIDE=RUN",
                         help="runs (any algorithm) in a side's pool from the start, beside random; RUN may also be "
-                             "a scripted player of the game, scripted:NAME (connect four: scripted:win_or_block)")
+                             "a scripted player of the game, scripted:NAME (connect four: scripted:win_or_block; "
+                             "tic-tac-toe: scripted:perfect)")
     parser.add_argument("--games", type=int, default=100, help="episodes per pairing for --opponents prioritised "
                                                                "and for the final cross-play table")
     parser.add_argument("--bootstrap", type=int, default=200, help="resamples for the Elo intervals")

@@ -254,7 +254,8 @@ def main(argv=None):
                              "(run.py league --mix)")
     parser.add_argument("--league-scripted", nargs="+", default=[], metavar="NAME",
                         help="with --league: scripted players of the game in both seats' pools from the start, beside "
-                             "random (run.py league --pool SEAT=scripted:NAME; connect four: win_or_block)")
+                             "random (run.py league --pool SEAT=scripted:NAME; connect four: win_or_block; "
+                             "tic-tac-toe: perfect)")
     parser.add_argument("--phase-games", type=int, default=100,
                         help="with --league: games of every phase's learner against the bar's scripted player")
     parser.add_argument("--tag", default="",

@@ -31,7 +31,7 @@ from torch import nn
 from common.cli import ConfigError, saved_args
 from common.run_utils import greedy_eval, load_checkpoint
 from common.turns import check_turns
-from envs.torch_connect_four import win_or_block
+from common.scripted import SCRIPTED, scripted_player
 
 
 # Scenarios whose name prefixes are roles within one team, not sides: their prefixes' default groups
@@ -45,27 +45,11 @@ TEAMS = {
 
 
 RANDOM = "random"  # what `--load-group GROUP=random` and a cross-play's random member play: uniform random actions
-SCRIPTED = "scripted:"  # `--load-group GROUP=scripted:NAME`: a scripted player of the game, SCRIPTED_PLAYERS[NAME]
-# name -> (the games it plays, its batched move function (obs (B, ...), mask (B, A), generator) -> (B,) actions)
-SCRIPTED_PLAYERS = {"win_or_block": (("connect_four",), win_or_block)}
 
 
 def is_fixed_player(member: str) -> bool:
-    """A member that is not a run: `random` or a scripted player (`scripted:NAME`)."""
+    """A member that is not a run: `random` or a scripted player (`scripted:NAME`, common/scripted.py)."""
     return member == RANDOM or member.startswith(SCRIPTED)
-
-
-def scripted_player(spec: str, env_name: str):
-    """The move function of `scripted:NAME` on `env_name` (a `torch:` port or its `classic:` original);
-    an unknown name, or a player of another game, fails naming those there are."""
-    name, game = spec[len(SCRIPTED):], env_name.split(":")[-1]
-    if name not in SCRIPTED_PLAYERS:
-        raise ConfigError(f"no scripted player {name!r}; there are: " + ", ".join(
-            f"{SCRIPTED}{n} ({' or '.join(games)})" for n, (games, _) in SCRIPTED_PLAYERS.items()))
-    games, move = SCRIPTED_PLAYERS[name]
-    if game not in games:
-        raise ConfigError(f"{spec} plays {' or '.join(games)}, not {env_name}")
-    return move
 
 
 # Families whose agents are seats of a game (player_0 against player_1): each agent is a side of its own,
@@ -160,7 +144,8 @@ class GroupArgs:
     of this algorithm GROUP's weights are copied and it may go on learning; from another algorithm's run GROUP acts as
     that run's policy (greedy, or as that run evaluates), built by that algorithm's own code, and stays fixed.
     RUN may be `random` (uniform random actions), `scripted:NAME` (a scripted player of the game: scripted:win_or_block
-    on connect four wins when it can, blocks when it must, else moves at random), or several,
+    on connect four wins when it can, blocks when it must, else moves at random; scripted:perfect on tic-tac-toe
+    never loses), or several,
     GROUP=RUN,RUN,random: a fixed pool, env copy e played by member e mod M, each sampling its policy as in
     training"""
 

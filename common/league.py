@@ -2,12 +2,12 @@
 
 A *member* is a finished run (any algorithm: its own file builds its acting network, as
 `--load-group` does), `random` (uniformly random legal actions) or a scripted player of the game
-(`scripted:win_or_block` on connect four, common/groups.py's SCRIPTED_PLAYERS). A *side* is one of the env's
-groups: the seats of a turn-based game (`player_1`, `player_2`), or `adversary` and `agent` in
-simple_tag. A member plays the sides it learned (its `--train-groups`, or every side it did not
-load from another run). `crossplay` plays every member of side 0 against every member of side 1,
-`games` games per pairing (each pairing in both seat orders when members play both sides), and
-`elo` fits ratings to the results:
+(`scripted:win_or_block` on connect four, `scripted:perfect` on tic-tac-toe: common/scripted.py). A
+*side* is one of the env's groups: the seats of a turn-based game (`player_1`, `player_2`), or
+`adversary` and `agent` in simple_tag. A member plays the sides it learned (its `--train-groups`, or
+every side it did not load from another run). `crossplay` plays every member of side 0 against
+every member of side 1, `games` games per pairing (each pairing in both seat orders when members
+play both sides), and `elo` fits ratings to the results:
 
     table = crossplay({"a": "runs/a", "b": "runs/b", "random": RANDOM}, games=200)
     ratings = elo(table)   # {"a/player_1": (rating, low, high), ...}, 95% bootstrap intervals
@@ -25,8 +25,9 @@ import numpy as np
 import torch
 
 from common.cli import ConfigError
-from common.groups import (RANDOM, SCRIPTED, LoadedPolicy, ScriptedPolicy, agent_names, assign_groups,
-                           is_fixed_player, loaded_run, scripted_player)
+from common.groups import (RANDOM, LoadedPolicy, ScriptedPolicy, agent_names, assign_groups, is_fixed_player,
+                           loaded_run)
+from common.scripted import SCRIPTED, scripted_player
 from common.run_utils import episode_quota, load_checkpoint
 from common.turns import check_turns
 from envs import make_env, parse_env_kwargs

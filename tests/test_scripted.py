@@ -1,5 +1,5 @@
-"""Scripted players as opponents (common/groups.py's SCRIPTED_PLAYERS): connect four's batched
-win-or-block against the benchmark's one-position player, a group played by it through an algorithm
+"""Scripted players as opponents (common/scripted.py): connect four's batched win-or-block and
+tic-tac-toe's perfect player against the benchmark's one-position players, a group played by it through an algorithm
 file's command line, in a match, and the errors a wrong name or game gives before anything is written."""
 import json
 import os
@@ -9,8 +9,9 @@ import sys
 import numpy as np
 import torch
 
-from benchmarks.game_opponents import _c4_board, _winning_columns
+from benchmarks.game_opponents import _c4_board, _ttt_move_value, _winning_columns
 from common import league
+from common.scripted import perfect_tictactoe
 from envs.torch_connect_four import TorchConnectFour, win_or_block
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,3 +94,38 @@ def test_win_or_block_in_a_match_of_the_pettingzoo_game():
     first = league.play("classic:connect_four", (), {"player_0": "scripted:win_or_block"}, games=40, seed=1)
     second = league.play("classic:connect_four", (), {"player_1": "scripted:win_or_block"}, games=40, seed=2)
     assert (first[:, 0] > 0).mean() >= 0.8 and (second[:, 1] > 0).mean() >= 0.8
+
+
+def test_batched_perfect_tictactoe_keeps_the_result_of_every_position():
+    """Over random games, every move of the batched perfect player is one the benchmark's varied perfect
+    player could make (it keeps the position's minimax result); flat and plane boards alike."""
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(60):
+        board = np.zeros(9, np.int64)  # +1 the player to move, -1 the other, by cell
+        for _ in range(9):
+            legal = np.flatnonzero(board == 0)
+            obs = torch.as_tensor(np.stack([board == 1, board == -1], -1), dtype=torch.float32)  # (9, 2)
+            mask = torch.as_tensor(board == 0)[None]
+            moves = [int(perfect_tictactoe(obs.reshape(1, 18), mask)),
+                     int(perfect_tictactoe(obs.reshape(1, 3, 3, 2), mask, torch.Generator().manual_seed(checked)))]
+            results = {a: int(np.sign(_ttt_move_value(tuple(board.tolist()), a))) for a in legal}
+            assert all(results[m] == max(results.values()) for m in moves), (board, moves, results)
+            checked += 1
+            board[rng.choice(legal)] = 1  # the game goes on at random, then the other player is to move
+            if any(all(board[i] == 1 for i in line) for line in ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6),
+                                                                 (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))):
+                break
+            board = -board
+    assert checked > 300
+
+
+def test_perfect_tictactoe_never_loses_in_a_match():
+    """In PettingZoo's tic-tac-toe: against random moves it never loses in either seat, against itself
+    every game is a draw."""
+    first = league.play("classic:tictactoe", (), {"player_1": "scripted:perfect"}, games=60, seed=1)
+    second = league.play("classic:tictactoe", (), {"player_2": "scripted:perfect"}, games=60, seed=2)
+    both = league.play("classic:tictactoe", (), {"player_1": "scripted:perfect", "player_2": "scripted:perfect"},
+                       games=30, seed=3)
+    assert (first[:, 0] >= 0).all() and (second[:, 1] >= 0).all() and (first[:, 0] > 0).mean() > 0.7
+    assert (both == 0).all()
