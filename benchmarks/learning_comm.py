@@ -27,10 +27,9 @@ budget that have not reached it yet are "open", not failed.
     python benchmarks/learning_comm.py --algo mappo --tasks simple_reference --seeds 3 --total-timesteps 10000000
     python benchmarks/learning_comm.py --from-runs runs/comm_bench --json benchmarks/results/learning_comm/x.json
     python benchmarks/learning_comm.py --from-runs runs/comm_bench --plot docs/img/comm_learning.png
-    # seeds 2 and 3 now, seed 1's curve from the results file an earlier session wrote
+    # seeds 2 and 3 now, seed 1's curve from a results file an earlier session wrote
     python benchmarks/learning_comm.py --algo iql --tasks simple_reference --seeds 2 --first-seed 2 \
-        --total-timesteps 2000000 \
-        --with-json benchmarks/results/learning_comm/iql_simple_reference-torch_2m_defaults_seed1.json
+        --total-timesteps 2000000 --with-json benchmarks/results/learning_comm/x_seed1.json
 """
 import argparse
 import json
