@@ -71,7 +71,9 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
     plays an equal share of the games: counting the first `games` to end would over-count short ones
     (quick losses, say). `watch(board, mask, action)`, if given, sees each of the policy's moves."""
     saved = json.load(open(os.path.join(run_path, "args.json")))
-    env = make_env(f"classic:{game}", min(copies, games), seed, parse_env_kwargs(saved["env_kwargs"]))  # as trained
+    kwargs = parse_env_kwargs(saved["env_kwargs"])
+    kwargs.pop("random_opening", None)  # the torch port's training openings: scored from the empty board
+    env = make_env(f"classic:{game}", min(copies, games), seed, kwargs)  # the observations as trained
     net, greedy = acting_network(run_path, env)
     board = env.envs[0].observation_space(env.agents[1 - seat])["observation"].shape
     rng = np.random.default_rng(seed)

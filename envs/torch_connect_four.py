@@ -22,6 +22,10 @@ planes (6, 7, 2), flattened to 84 floats (`board="flat"`, the default) or kept a
 `acting` says whose move it is; the mover's mask holds the columns not full, the other agent's
 every action (whatever it picks is not played). Every copy starts from the empty board (the game
 has no chance), and a finished game restarts at once, its last position in `final_obs`.
+
+`random_opening=K` (default 0, PettingZoo's game): each new game starts after k random moves, k drawn
+uniformly from 0..K, each a legal column that does not make four (no agent plays them, no reward).
+Self-play sees positions its own play would never reach; the policy is still scored from the empty board.
 """
 from typing import Dict, Optional, Union
 
@@ -33,7 +37,7 @@ from envs.pettingzoo_vec import VecStep
 from envs.tensor_state import load_tensors, save_tensors
 
 ROWS, COLS, IN_A_ROW = 6, 7, 4
-ARGUMENTS = {"board": "flat"}
+ARGUMENTS = {"board": "flat", "random_opening": 0}
 BOARDS = ("flat", "image")
 
 
@@ -45,12 +49,16 @@ class TorchConnectFour:
     discrete, continuous_actions, has_action_mask = True, False, True
     dtype = torch.float32
 
-    def __init__(self, num_envs: int, seed: int = 0, device: Union[str, torch.device] = "cpu", board: str = "flat"):
+    def __init__(self, num_envs: int, seed: int = 0, device: Union[str, torch.device] = "cpu", board: str = "flat",
+                 random_opening: int = 0):
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
         if board not in BOARDS:
             raise EnvError(f"board must be one of {', '.join(BOARDS)}, got {board!r}")
+        if not 0 <= random_opening <= ROWS * COLS // 2:
+            raise EnvError(f"random_opening must be between 0 and {ROWS * COLS // 2} moves, got {random_opening}")
         self.num_envs, self.seed, self.device = num_envs, seed, torch.device(device)
+        self.random_opening = random_opening
         self.agents = ["player_0", "player_1"]
         self.n_agents = N = 2
         self.image_obs = board == "image"
@@ -120,13 +128,37 @@ class TorchConnectFour:
             found = found | line.flatten(1).any(-1)
         return found
 
+    def _open(self, fresh: torch.Tensor) -> None:
+        """Play `random_opening`'s random moves in the copies `fresh` (E,) bool, just set to the empty board."""
+        if self.random_opening == 0:
+            return
+        rows = fresh.nonzero().squeeze(1)
+        k = torch.randint(0, self.random_opening + 1, rows.shape, generator=self.gen, device=self.device)
+        rows = rows[k > 0]
+        board, height, turn, k = self.board[rows], self.height[rows], self.turn[rows], k[k > 0]
+        at = torch.arange(len(rows), device=self.device)
+        for j in range(self.random_opening):
+            legal = height < ROWS
+            quiet = legal & ~completing(board == (turn + 1)[:, None, None], height, legal)
+            go = (k > j) & quiet.any(-1)
+            if not bool(go.any()):
+                break
+            col = torch.where(quiet, torch.rand(quiet.shape, generator=self.gen, device=self.device), -1.0).argmax(-1)
+            row = (ROWS - 1 - height.gather(1, col[:, None]).squeeze(1)).clamp(min=0)
+            board[at, row, col] = torch.where(go, turn + 1, board[at, row, col])
+            height[at, col] += go.long()
+            turn = torch.where(go, 1 - turn, turn)
+        self.board[rows], self.height[rows], self.turn[rows] = board, height, turn
+
     def reset(self):
-        """Empty boards, player_0 to move. Returns (obs, state, action_mask); whose move it is is in `acting`."""
+        """Empty boards, player_0 to move (with `random_opening`, after each copy's opening). Returns (obs,
+        state, action_mask); whose move it is is in `acting`."""
         self.board.zero_()
         self.height.zero_()
         self.turn.zero_()
         self._ep_return.zero_()
         self._ep_length.zero_()
+        self._open(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
         return self.observe()
 
     def step(self, actions) -> VecStep:
@@ -164,6 +196,7 @@ class TorchConnectFour:
             self.turn[done] = 0
             self._ep_return[done] = 0.0
             self._ep_length[done] = 0
+            self._open(done)
             obs, state, mask = self.observe()
         terminated = done[:, None].expand(E, N)
         return VecStep(obs=obs, state=state, reward=reward, terminated=terminated,
@@ -198,6 +231,18 @@ class TorchConnectFour:
         pass
 
 
+def completing(pieces: torch.Tensor, height: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
+    """(B, 7) bool: the legal columns where one more of `pieces`' (B, 6, 7) owner's pieces makes four,
+    on boards whose columns hold `height` (B, 7) pieces."""
+    B, dev = pieces.shape[0], pieces.device
+    row = (ROWS - 1 - height).clamp(min=0)  # where a piece dropped into each column lands
+    drop = torch.zeros(B, COLS, ROWS, COLS, dtype=torch.bool, device=dev)  # (B, column played, 6, 7)
+    drop[torch.arange(B, device=dev)[:, None], torch.arange(COLS, device=dev)[None], row,
+         torch.arange(COLS, device=dev)[None]] = True
+    after = (pieces[:, None] | drop).reshape(B * COLS, ROWS, COLS)
+    return TorchConnectFour.four_in_a_row(after).reshape(B, COLS) & legal
+
+
 def win_or_block(obs: torch.Tensor, mask: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """The win-or-block player on a batch of positions, each seen by the player to move: (B, 84)
     or (B, 6, 7, 2) boards (its pieces, then the opponent's, as both games give them), (B, 7) legal
@@ -210,16 +255,7 @@ def win_or_block(obs: torch.Tensor, mask: torch.Tensor, generator: Optional[torc
     height = (mine | theirs).sum(1)  # (B, 7) pieces in each column
     legal = mask.bool() & (height < ROWS)
     legal = legal | ~legal.any(-1, keepdim=True)  # no legal column: any (the move is not played)
-    row = (ROWS - 1 - height).clamp(min=0)  # where a piece dropped into each column lands
-    drop = torch.zeros(B, COLS, ROWS, COLS, dtype=torch.bool, device=obs.device)  # (B, column played, 6, 7)
-    drop[torch.arange(B, device=obs.device)[:, None], torch.arange(COLS, device=obs.device)[None], row,
-         torch.arange(COLS, device=obs.device)[None]] = True
-
-    def completes(pieces: torch.Tensor) -> torch.Tensor:  # (B, 7): a piece of `pieces`' owner there makes four
-        after = (pieces[:, None] | drop).reshape(B * COLS, ROWS, COLS)
-        return TorchConnectFour.four_in_a_row(after).reshape(B, COLS) & legal
-
-    wins, blocks = completes(mine), completes(theirs)
+    wins, blocks = completing(mine, height, legal), completing(theirs, height, legal)
     choice = torch.where(wins.any(-1, keepdim=True), wins, torch.where(blocks.any(-1, keepdim=True), blocks, legal))
     u = torch.rand(B, COLS, generator=generator, device=obs.device)
     return torch.where(choice, u, -1.0).argmax(-1)

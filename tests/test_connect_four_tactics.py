@@ -39,3 +39,42 @@ def test_wins_blocks_and_blunders_are_told_apart():
     assert rates["quiet"] == {"positions": 2, "right": 0.5}
     tally(board([], [(5, 0), (5, 1), (5, 2), (4, 6), (3, 6), (2, 6)]), LEGAL, 3)  # two threats: not counted
     assert tally.rates() == rates
+
+
+def test_own_games_count_a_perfect_tactician_right_everywhere(monkeypatch, tmp_path):
+    """--own-games: a policy that plays win-or-block's move in every position takes every win and blocks every
+    single threat, in its own games and from random openings; a policy that always plays column 0 gets
+    only the positions whose win or block is there."""
+    import json
+
+    import torch
+
+    import benchmarks.connect_four_tactics as tactics
+    from envs.torch_connect_four import win_or_block
+    from nets.policy import MaskedCategorical
+
+    class Player:
+        def __init__(self, tactician: bool):
+            self.tactician = tactician
+
+        def initial_state(self, copies):
+            return None
+
+        def __call__(self, obs, state, starts, mask):  # (1, E, N, 84), (1, E, N, 7)
+            E, N = obs.shape[1:3]
+            if self.tactician:
+                column = win_or_block(obs[0].reshape(E * N, -1), mask[0].reshape(E * N, -1)).reshape(E, N)
+            else:
+                column = torch.zeros(E, N, dtype=torch.long)
+            return MaskedCategorical(10.0 * torch.nn.functional.one_hot(column, 7).float()[None], mask.bool()), None
+
+    (tmp_path / "args.json").write_text(json.dumps({"env_kwargs": []}))
+    for tactician in (True, False):
+        monkeypatch.setattr(tactics, "acting_network", lambda run, env, t=tactician: (Player(t), True))
+        for opening in (0, 8):
+            rates = tactics.own_game_tactics(str(tmp_path), 3000, opening, seed=1, copies=64)
+            assert rates["win"]["positions"] > 20 and rates["block"]["positions"] > 20, rates
+            if tactician:
+                assert rates["win"]["right"] == 1.0 and rates["block"]["right"] == 1.0, rates
+            else:
+                assert 0.0 < rates["win"]["right"] < 0.6 and rates["block"]["right"] < 0.6, rates

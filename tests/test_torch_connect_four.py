@@ -132,6 +132,29 @@ def test_resume_exactly():
         TorchConnectFour(4).load_state_dict(a.state_dict())
 
 
+def test_random_openings():
+    """random_opening=K: each new game starts after 0..K random moves (every count drawn), none of which makes
+    four, the mover's turn right after them; games that end restart with an opening of their own."""
+    env = envs.make_env("torch:connect_four", 2048, 3, {"random_opening": 5})
+    env.reset()
+    ended = 0
+    for _ in range(40):
+        pieces = env.height.sum(-1)
+        assert torch.equal(pieces % 2, env.turn) and torch.equal(env.acting[:, 1], env.turn == 1)
+        assert torch.equal((env.board > 0).sum((1, 2)), pieces)
+        for owner in (1, 2):
+            assert not TorchConnectFour.four_in_a_row(env.board == owner).any()
+        ended += int(env.step(env.sample_actions()).done.sum())
+    assert ended > 1000  # games ended and restarted, each with its own opening (checked above)
+    fresh = envs.make_env("torch:connect_four", 4096, 4, {"random_opening": 5})
+    fresh.reset()
+    counts = torch.bincount(fresh.height.sum(-1), minlength=7)
+    assert counts[6:].sum() == 0 and (counts[:6] > 4096 / 6 * 0.8).all(), counts
+    assert torch.equal(envs.make_env("torch:connect_four", 4, 4).reset()[0], torch.zeros(4, 2, 84))  # default: none
+    with pytest.raises(envs.EnvError, match="random_opening"):
+        envs.make_env("torch:connect_four", 2, env_kwargs={"random_opening": 30})
+
+
 def test_bad_arguments_and_rendering():
     with pytest.raises(envs.EnvError, match="board"):
         envs.make_env("torch:connect_four", 2, env_kwargs={"board": "cube"})
