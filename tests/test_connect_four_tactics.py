@@ -78,3 +78,25 @@ def test_own_games_count_a_perfect_tactician_right_everywhere(monkeypatch, tmp_p
                 assert rates["win"]["right"] == 1.0 and rates["block"]["right"] == 1.0, rates
             else:
                 assert 0.0 < rates["win"]["right"] < 0.6 and rates["block"]["right"] < 0.6, rates
+
+
+def test_a_run_trained_from_random_openings_is_scored_from_the_empty_board(tmp_path):
+    """The training openings are the torch port's alone: learning_selfplay.play scores the run on PettingZoo's game
+    (which takes no such argument) and own_game_tactics counts its real network's moves."""
+    import glob
+    import subprocess
+
+    from benchmarks.connect_four_tactics import own_game_tactics
+    from benchmarks.game_opponents import GAMES
+    from benchmarks.learning_selfplay import play
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "algos/ippo.py", "--env", "torch:connect_four", "--env-kwargs",
+                          "random_opening=4", "--num-envs", "8", "--num-steps", "16", "--total-timesteps", "256",
+                          "--eval-every", "0", "--run-dir", str(tmp_path)], cwd=root, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run, = glob.glob(str(tmp_path / "ippo__*"))
+    rates = play(run, "connect_four", 1, GAMES["connect_four"][1]["random"], 4, 0, copies=2)
+    assert abs(sum(rates.values()) - 1) < 1e-9
+    counted = own_game_tactics(run, 2000, opening=8, copies=32)
+    assert counted["win"]["positions"] > 0 and 0 <= counted["win"]["right"] <= 1
