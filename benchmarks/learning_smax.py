@@ -26,6 +26,7 @@ the budget that has not reached it yet is "open", not failed. Runs that evaluate
     python benchmarks/learning_smax.py --seeds 3 --workers 2                  # every algorithm and map, 10M steps
     python benchmarks/learning_smax.py --algo mappo --maps 3m 2s3z --total-timesteps 2000000
     python benchmarks/learning_smax.py --from-runs runs/bench_smax --json smax.json --plot smax.png
+    python benchmarks/learning_smax.py --from-runs runs/later --with-json smax_seed1.json --json smax.json  # join seeds
     python benchmarks/learning_smax.py --from-runs runs/bench_smax --reference benchmarks/results/learning_smax/jaxmarl-baseline_*.json
 """
 import argparse
@@ -86,6 +87,29 @@ def read_runs(root: str, algos: Optional[List[str]] = None, maps: Optional[List[
             continue
         records.append({**record, "map": map_name, "family": record["env"].split(":")[0],
                         "eval_policy": record["args"].get("eval_policy", "greedy"), "win_curve": win_curve(record)})
+    return records
+
+
+def stored_runs(path: str, algos: Optional[List[str]] = None, maps: Optional[List[str]] = None) -> List[dict]:
+    """The runs of a results file this script wrote (`--json`), as records `report` and `plot` take: each
+    one's win-rate curve as far as it went (seeds whose run folders are gone, from an earlier session)."""
+    try:
+        with open(path) as f:
+            stored = json.load(f)
+        policy = {row["algo"]: row["eval_policy"] for row in stored["rows"]}
+        curves = stored["curves"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"error: {path} is not a results file of this script ({type(e).__name__}: {e})")
+    records = []
+    for key, curve in curves.items():
+        label, env, _, seed = key.rsplit(" ", 3)  # "<label> <env> seed <n>"
+        map_name, algo = smax_map(env), label.split(",")[0]
+        if not curve or map_name is None or (maps and map_name not in maps) or (algos and algo not in algos):
+            continue
+        win_curve = [(int(s), float(v)) for s, v in curve]
+        records.append(dict(label=label, algo=algo, env=env, seed=int(seed), map=map_name, family=env.split(":")[0],
+                            eval_policy=policy.get(label, "greedy"), win_curve=win_curve,
+                            global_step=win_curve[-1][0], path=path))
     return records
 
 
@@ -246,6 +270,9 @@ def main(argv=None) -> List[dict]:
     parser.add_argument("--reference", nargs="+", default=None,
                         help="JaxMARL's own baseline runs here: results files of its runs (jaxmarl-baseline_*.json) "
                              "or a table ({'algo/map': rate, 'source': ...})")
+    parser.add_argument("--with-json", nargs="+", default=[], metavar="FILE",
+                        help="results files this script wrote earlier: their runs join the table (seeds whose run "
+                        "folders are gone); a run here replaces a stored one of the same label, map and seed")
     parser.add_argument("--json", default=None, help="write the table and curves to this JSON file")
     parser.add_argument("--plot", default=None, help="write the win-rate curves to this PNG file")
     opts = parser.parse_args(argv)
@@ -256,7 +283,10 @@ def main(argv=None) -> List[dict]:
                        str(opts.seeds), "--presets", "--workers", str(opts.workers), "--run-dir", root, "--",
                        "--total-timesteps", str(opts.total_timesteps), "--eval-every", str(opts.eval_every),
                        *shlex.split(opts.flags)])
-    records = read_runs(root, opts.algo, opts.maps)
+    records = read_runs(root, opts.algo, opts.maps) if os.path.isdir(root) else []
+    here = {(r["label"], r["map"], r["seed"]) for r in records}
+    records += [r for path in opts.with_json for r in stored_runs(path, opts.algo, opts.maps)
+                if (r["label"], r["map"], r["seed"]) not in here]
     if not records:
         raise SystemExit(f"error: no SMAX run ({', '.join(p + '<map>' for p in SMAX_PREFIXES)}) under {root}")
     if source:

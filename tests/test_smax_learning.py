@@ -51,3 +51,27 @@ def test_jaxmarl_baseline_runs_become_the_reference_bar(tmp_path):
                              "jaxmarl-baseline_mappo_smax-3m_10m.json")
     rates, _, _ = load_reference([committed], BUDGET)
     assert 0.0 < rates[("mappo", "3m")] <= 1.0
+
+
+def test_stored_seeds_join_the_table(tmp_path, capsys):
+    """benchmarks/learning_smax.py --with-json: a results file's runs come back as the records they were (seed 1
+    of an earlier session joins seeds 2 and 3 read from their folders), the 3-seed row is their mean, and a
+    file that is not one of the script's fails in one line."""
+    import pytest
+
+    from benchmarks.learning_smax import report, stored_runs
+    curves = {1: [(500_000, 0.0), (1_000_000, 0.2)], 2: [(500_000, 0.1), (1_000_000, 0.4)],
+              3: [(500_000, 0.2), (1_000_000, 0.3)]}
+    records = [dict(label="mappo", algo="mappo", env="torch:smax_5m_vs_6m", seed=seed, map="5m_vs_6m", family="torch",
+                    eval_policy="greedy", win_curve=curve, global_step=1_000_000) for seed, curve in curves.items()]
+    stored = str(tmp_path / "seed1.json")
+    report(records[:1], {}, out_path=stored)
+    back = stored_runs(stored)
+    assert [(r["label"], r["map"], r["seed"], r["win_curve"], r["global_step"]) for r in back] == \
+        [("mappo", "5m_vs_6m", 1, curves[1], 1_000_000)]
+    assert stored_runs(stored, maps=["3m"]) == [] and stored_runs(stored, algos=["ippo"]) == []
+    row, = report(back + records[1:], {})
+    assert row["seeds"] == 3 and row["best_mean_win_rate"] == pytest.approx(0.3) and row["best_at"] == 1_000_000
+    (tmp_path / "other.json").write_text('{"rows": []}')
+    with pytest.raises(SystemExit, match="not a results file of this script"):
+        stored_runs(str(tmp_path / "other.json"))
