@@ -56,8 +56,8 @@ class Args(GroupArgs, RunArgs):
     """replay capacity in env steps (transitions of all agents); the oldest iteration's entry is dropped"""
     batch_size: int = 64
     """stored sequences (one env copy's T steps of one entry) per gradient step: 64 x 25 = 1,600 transitions, twice
-    MATD3's 32: each agent's own actor learns from its agent's rows alone (on simple_spread, 3 seeds x 2M: best
-    mean -26.4 against -27.8 with 32, docs/algorithms/hatd3.md)"""
+    MATD3's and MADDPG's 32: each agent's own actor learns from its agent's rows alone (3 seeds x 2M on simple_spread:
+    docs/algorithms/hatd3.md, haddpg.md)"""
     learning_starts: int = 10_000
     """env steps of uniformly random actions before the first gradient step"""
     updates_per_iteration: int = 8

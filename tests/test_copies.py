@@ -272,9 +272,9 @@ MIN_BLOCK = 40  # lines: a run of identical lines this long that two files share
 SHARED_BLOCKS = [
     ("haa2c", "happo", 'if mask is not None:', 55),
     ("haa2c", "hatrpo", 'if mask is not None:', 55),
-    ("haddpg", "hatd3", 'from dataclasses import dataclass', 38),
+    ("haddpg", "hatd3", 'from dataclasses import dataclass', 43),
     ("haddpg", "hatd3", 'action = teams.override(action, obs, starts)', 40),
-    ("haddpg", "matd3", 'import torch', 39),
+    ("haddpg", "matd3", 'import torch', 34),
     ("happo", "hatrpo", 't_rollout = time.time()', 91),
     ("hasac", "masac", 'import torch', 39),
     ("hatd3", "matd3", 'import torch', 34),
