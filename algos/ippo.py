@@ -26,6 +26,8 @@ from nets import Actor, Critic, ValueNorm, explained_variance
 
 
 ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
+# What the update reads of a rollout (besides advantages and targets): only these are cut into minibatches.
+UPDATE_KEYS = ("obs", "actions", "log_probs", "values", "alive", "episode_starts", "critic_inputs", "action_masks")
 
 
 # ============================================================================ 1. ARGS
@@ -231,7 +233,8 @@ def main(args: Args) -> dict:
     actor, critic = build_networks(args, envs, device)
     value_norm = ValueNorm(groups=teams.group_of_agent).to(device)  # statistics per group: rival returns never mix
     teams.load_weights({"actor": actor, "critic": critic}, value_norm)  # --load-group from an IPPO run: copy it
-    optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=args.learning_rate, eps=1e-5)
+    optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=args.learning_rate, eps=1e-5,
+                                 fused=True)  # one kernel for every tensor
     buffer = MultiAgentRolloutBuffer(N)  # this iteration's rollout: batched, never replayed
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
@@ -337,18 +340,18 @@ def main(args: Args) -> dict:
                 value_norm.update(returns, learn)
             targets = value_norm.normalize(returns) if args.value_norm else returns
         # Lay the rollout out as (L, S, N, ...): S sequences of L steps (L = 1 without recurrence).
-        data = {k: to_chunks(v, L) for k, v in b.items() if not k.startswith("prev_")}
+        data = {k: to_chunks(v, L) for k, v in b.items() if k in UPDATE_KEYS}  # the minibatches draw these
         data.update(advantages=to_chunks(advantages, L), targets=to_chunks(targets, L))
         # Recurrent states stored at each chunk's first step restart the sequences: (S, N, H).
         init_states = {k: v[::L].reshape(-1, N, v.shape[-1]) for k, v in b.items() if k.startswith("prev_")}
-        S = data["rewards"].shape[1]
+        S = data["alive"].shape[1]
 
 # ============================================================================ 7. UPDATE
         clipfracs = []
         for epoch in range(args.update_epochs):
             order = torch.randperm(S, generator=shuffle_gen).to(device)
             for mb in order.tensor_split(args.num_minibatches):
-                d = {k: v[:, mb] for k, v in data.items()}  # (L, B, N, ...)
+                d = {k: v.index_select(1, mb) for k, v in data.items()}  # (L, B, N, ...); faster than v[:, mb]
                 a_state = c_state = None
                 if args.recurrent != "none":
                     a_state = (init_states["prev_hidden_states"][mb],) + (

@@ -26,6 +26,8 @@ from nets import Actor, Critic, ValueNorm, explained_variance
 
 
 ALGO = Path(__file__).stem  # runs, checkpoints and summary.json carry the file's name: a copy is a new method
+# What the update reads of a rollout (besides advantages and targets): only these are cut into minibatches.
+UPDATE_KEYS = ("obs", "actions", "log_probs", "values", "alive", "episode_starts", "critic_inputs", "action_masks")
 
 
 # ============================================================================ 1. ARGS
@@ -152,18 +154,20 @@ def build_networks(args: Args, env, device):
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
 def critic_inputs(obs: torch.Tensor, state: torch.Tensor, kind: str) -> torch.Tensor:
-    """Centralised-critic input for every agent: (E, N, obs_dim), (E, state_dim) -> (E, N, D).
+    """Centralised-critic input: (E, N, obs_dim), (E, state_dim) -> (E, 1, D), one input that every
+    agent's critic reads.
 
-    Every agent's critic sees the same global information; with shared parameters the
-    agent-id one-hot (added in the network) tells the critic whose value it predicts. A GNN
-    critic ("obs") takes each agent's own observation as its node and gathers the rest by messages.
+    Every agent's critic sees the same global information, so it is stored once per env copy and
+    the critic broadcasts it over the agents (nets.AgentNet: with shared parameters the first layer
+    runs once per copy and the agent-id one-hot, added there, tells the critic whose value it
+    predicts). A GNN critic ("obs") takes each agent's own observation as its node, (E, N, obs_dim),
+    and gathers the rest by messages.
     """
-    E, N = obs.shape[:2]
     if kind == "obs":
         return obs  # (E, N, obs_dim)
     if kind == "state":
-        return state[:, None, :].expand(E, N, state.shape[-1])  # (E, N, state_dim)
-    return obs.reshape(E, 1, -1).expand(E, N, -1)  # (E, N, N * obs_dim)
+        return state[:, None, :]  # (E, 1, state_dim)
+    return obs.reshape(obs.shape[0], 1, -1)  # (E, 1, N * obs_dim)
 
 
 def learning_rate_at(args: Args, iteration: int, global_step: int) -> float:
@@ -260,7 +264,8 @@ def main(args: Args) -> dict:
     # so one group's critic cannot be put into it: only the actor loads.
     teams.load_weights({"actor": actor} if args.share_critic else {"actor": actor, "critic": critic},
                        None if args.share_critic else value_norm)
-    optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=args.learning_rate, eps=1e-5)
+    optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=args.learning_rate, eps=1e-5,
+                                 fused=True)  # one kernel for every tensor
     buffer = MultiAgentRolloutBuffer(N)  # this iteration's rollout: batched, never replayed
     # Minibatch shuffles draw from their own seeded generator (same seed, same losses).
     shuffle_gen = torch.Generator().manual_seed(args.seed)
@@ -304,7 +309,8 @@ def main(args: Args) -> dict:
         buffer.reset_current_episode()
         for step in range(T):
             global_step += E
-            extras = {"episode_starts": starts, "critic_inputs": critic_inputs(obs, state, critic_kind)}
+            extras = {"episode_starts": starts}
+            team = {"critic_inputs": critic_inputs(obs, state, critic_kind)}  # one entry per env copy (E, 1 or N, D)
             if actor_state is not None:  # states *before* this step, to restart training sequences
                 extras["prev_hidden_states"], extras["prev_critic_hidden_states"] = actor_state[0], critic_state[0]
                 if args.recurrent == "lstm":
@@ -318,7 +324,7 @@ def main(args: Args) -> dict:
                 action = teams.override(dist.sample()[0], obs, starts, mask)[None]  # (1, E, N[, act_dim]); groups
                 # loaded from another algorithm's run act as that run does
                 logprob = dist.log_prob(action)  # (1, E, N)
-                value, critic_state = critic(extras["critic_inputs"][None], critic_state, starts[None])  # (1, E, N)
+                value, critic_state = critic(team["critic_inputs"][None], critic_state, starts[None])  # (1, E, N)
             result = envs.step(action[0])  # a torch env keeps it on the device
             next_obs = torch.as_tensor(result.obs, device=device)
             final_obs = torch.as_tensor(result.final_obs, device=device)  # true s_{t+1}, before auto-reset
@@ -335,7 +341,7 @@ def main(args: Args) -> dict:
                 terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(),
                 alive=torch.as_tensor(result.alive, device=device).float(), episode_ends=ended,
-                final_values=final_value[0], **extras)
+                final_values=final_value[0], team=team, **extras)
             obs, state = next_obs, torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
             acting = whose_move(result, device) if moves_only else None
@@ -371,18 +377,18 @@ def main(args: Args) -> dict:
                 value_norm.update(returns, learn)
             targets = value_norm.normalize(returns) if args.value_norm else returns
         # Lay the rollout out as (L, S, N, ...): S sequences of L steps (L = 1 without recurrence).
-        data = {k: to_chunks(v, L) for k, v in b.items() if not k.startswith("prev_")}
+        data = {k: to_chunks(v, L) for k, v in b.items() if k in UPDATE_KEYS}  # the minibatches draw these
         data.update(advantages=to_chunks(advantages, L), targets=to_chunks(targets, L))
         # Recurrent states stored at each chunk's first step restart the sequences: (S, N, H).
         init_states = {k: v[::L].reshape(-1, N, v.shape[-1]) for k, v in b.items() if k.startswith("prev_")}
-        S = data["rewards"].shape[1]
+        S = data["alive"].shape[1]
 
 # ============================================================================ 7. UPDATE
         clipfracs = []
         for epoch in range(args.update_epochs):
             order = torch.randperm(S, generator=shuffle_gen).to(device)
             for mb in order.tensor_split(args.num_minibatches):
-                d = {k: v[:, mb] for k, v in data.items()}  # (L, B, N, ...)
+                d = {k: v.index_select(1, mb) for k, v in data.items()}  # (L, B, N, ...); faster than v[:, mb]
                 a_state = c_state = None
                 if args.recurrent != "none":
                     a_state = (init_states["prev_hidden_states"][mb],) + (

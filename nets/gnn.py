@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from nets.layers import MLP, make_linear
+from nets.layers import ACTIVATIONS, MLP, make_linear
 from nets.recurrent import RecurrentCore, State
 
 TOPOLOGIES = ("full", "empty", "from_pos")
@@ -85,7 +85,7 @@ class MessagePassing(nn.Module):
     def __init__(self, in_dim: int, out_dim: int, edge_dim: int = 0, n_copies: int | None = None,
                  activation: str = "tanh"):
         super().__init__()
-        self.act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]()
+        self.act = ACTIVATIONS[activation]()
         self.self_lin = make_linear(in_dim, out_dim, n_copies)  # W_s, b_s
         self.msg_lin = make_linear(in_dim, out_dim, n_copies)  # W_m, b_m
         self.edge_lin = make_linear(edge_dim, out_dim, n_copies) if edge_dim else None  # W_e (its bias adds to b_m)

@@ -85,6 +85,9 @@ class AgentNet(nn.Module):
         last = self.body.out_dim
         self.core = RecurrentCore(last, last, recurrent, sep, index) if recurrent != "none" else None
         self.head = make_linear(last, out_dim, sep, gain=out_gain, set_of_agent=index, out_mask=head_mask)
+        # One shared body whose first layer is linear (`shared_body`): it takes an agent axis of 1, one input for
+        # every agent, and runs its first layer once per row.
+        self.reads_one_input = shared and len(self.body.net) > 0 and isinstance(self.body.net[0], nn.Linear)
         self.register_buffer("agent_ids", torch.eye(n_agents), persistent=False)
         self.register_buffer("set_of_agent", torch.as_tensor(param_groups, dtype=torch.long), persistent=False)
 
@@ -99,16 +102,29 @@ class AgentNet(nn.Module):
 
     def forward(self, x: torch.Tensor, state: Optional[State] = None, starts: Optional[torch.Tensor] = None,
                 extra: Optional[torch.Tensor] = None):
-        x = self.encoder(x)  # (L, B, N, features)
-        if extra is not None:
-            x = torch.cat([x, extra], dim=-1)
-        if self.agent_id_input:
-            ids = self.agent_ids.expand(*x.shape[:-2], -1, -1)  # (L, B, N, N)
-            x = torch.cat([x, ids], dim=-1)
-        h = self.body(x)  # (L, B, N, hidden)
+        if self.reads_one_input and extra is None:
+            h = self.shared_body(self.encoder(x))
+        else:
+            x = self.encoder(x)  # (L, B, N, features)
+            if extra is not None:
+                x = torch.cat([x, extra], dim=-1)
+            if self.agent_id_input:
+                ids = self.agent_ids.expand(*x.shape[:-2], -1, -1)  # (L, B, N, N)
+                x = torch.cat([x, ids], dim=-1)
+            h = self.body(x)  # (L, B, N, hidden)
         if self.core is not None:
             h, state = self.core(h, state, starts)
         return self.head(h), state  # (L, B, N, out_dim)
+
+    def shared_body(self, x: torch.Tensor) -> torch.Tensor:
+        """The shared body on [x, one-hot of n] without building that input: the first layer's
+        one-hot columns W_id add column n to agent n's pre-activation, so
+        W [x, e_n] + b = W_x x + b + W_id[:, n], the same numbers up to rounding (and gradients).
+        x (L, B, N, D), or (L, B, 1, D) when every agent gets the same input (a centralised
+        critic's global state): its first layer then runs once per row, not once per agent."""
+        first, D = self.body.net[0], x.shape[-1]
+        h = nn.functional.linear(x, first.weight[:, :D], first.bias) + first.weight[:, D:].T  # (L, B, N, H)
+        return self.body.net[1:](h)
 
 
 def true_size_masks(set_of_agent: Sequence[int], in_dim: int, in_mask: Optional[torch.Tensor], extra_dim: int,
@@ -241,6 +257,7 @@ class Actor(nn.Module):
                                                         param_groups=param_groups, in_sizes=obs_sizes,
                                                         out_mask=head_mask)
         self.register_buffer("action_dim_mask", action_dim_mask)
+        self.pads_actions = not bool(action_dim_mask.all())  # some agent has fewer actions than the head
         if not discrete:
             self.log_std = nn.Parameter(torch.full((n_agents, action_size), init_log_std))
 
@@ -268,7 +285,7 @@ class Actor(nn.Module):
         if self.action_factors is not None:
             out = self.joint_logits(out)
         if self.discrete:
-            mask = self.action_dim_mask if action_mask is None else action_mask
+            mask = action_mask if action_mask is not None or not self.pads_actions else self.action_dim_mask
             return MaskedCategorical(out, mask), state
         return MaskedGaussian(out, self.log_std, self.action_dim_mask), state
 
@@ -291,6 +308,7 @@ class Critic(nn.Module):
                  param_groups: Optional[Sequence[int]] = None, net: Optional[nn.Module] = None,
                  in_sizes: Optional[Sequence[int]] = None):
         super().__init__()
+        self.n_agents = n_agents
         self.net = net if net is not None else AgentNet(in_dim, 1, n_agents, share_params, hidden_sizes, recurrent,
                                                         out_gain=1.0, activation=activation, param_groups=param_groups,
                                                         in_sizes=in_sizes)
@@ -302,6 +320,11 @@ class Critic(nn.Module):
         return {f"net.{k}": v for k, v in self.net.agent_rows().items()}
 
     def forward(self, x, state=None, starts=None):
+        """x (L, B, N, *in_dim), or (L, B, 1, *in_dim): one input that every agent's value reads (the
+        global state), which a shared network takes as it is (`AgentNet.shared_body`) and any other
+        gets copied to each agent."""
+        if torch.is_tensor(x) and x.shape[2] == 1 < self.n_agents and not getattr(self.net, "reads_one_input", False):
+            x = x.expand(*x.shape[:2], self.n_agents, *x.shape[3:])
         value, state = self.net(x, state, starts)
         return value.squeeze(-1), state  # (L, B, N)
 

@@ -167,7 +167,9 @@ def test_same_behaviour_critic_inputs():
     obs, state = torch.randn(4, 3, 5, generator=g), torch.randn(4, 15, generator=g)  # (E, N, obs_dim), (E, S)
     for module in modules_with("critic_inputs"):
         for kind in ("state", "concat_obs"):
-            assert torch.equal(module.critic_inputs(obs, state, kind), maa2c.critic_inputs(obs, state, kind))
+            # (E, 1, D) is one input for every agent (mappo stores it once per env copy; nets.Critic broadcasts it)
+            mine = module.critic_inputs(obs, state, kind).expand(4, 3, -1)
+            assert torch.equal(mine, maa2c.critic_inputs(obs, state, kind))
     assert torch.equal(mappo.critic_inputs(obs, state, "obs"), obs)  # the GNN critic's nodes: own observations
 
 

@@ -6,7 +6,9 @@ import pytest
 import torch
 from torch.distributions import Normal
 
-from nets import MLP, AgentLinear, AgentNet, MaskedCategorical, MaskedGaussian, RecurrentCore, RunningNorm, ValueNorm
+from nets import (MLP, AgentLinear, AgentNet, Critic, MaskedCategorical, MaskedGaussian, RecurrentCore, RunningNorm,
+                  ValueNorm)
+from nets.layers import Tanh
 
 
 # ----------------------------------------------------------------------------- ValueNorm
@@ -98,6 +100,42 @@ def test_shared_params_with_agent_id_differ_per_agent():
 
 
 # ----------------------------------------------------------------------------- distributions
+def test_tanh_is_torch_tanh_to_rounding_with_its_first_and_second_derivatives():
+    """nets.layers.Tanh computes 2 sigmoid(2x) - 1 on the CPU (torch's tanh kernel there is scalar):
+    values within 2e-7 of torch.tanh, and the same first and second derivatives (TRPO's Fisher
+    products differentiate twice)."""
+    x = torch.linspace(-12, 12, 100_001)
+    y = Tanh()(x)
+    assert (y - torch.tanh(x)).abs().max() <= 2e-7 and y.abs().max() <= 1.0
+    x = torch.randn(50, dtype=torch.double, requires_grad=True)
+    (g,) = torch.autograd.grad(Tanh()(x).sum(), x, create_graph=True)
+    (g_ref,) = torch.autograd.grad(torch.tanh(x).sum(), x, create_graph=True)
+    torch.testing.assert_close(g, g_ref)
+    torch.testing.assert_close(torch.autograd.grad(g.sum(), x)[0], torch.autograd.grad(g_ref.sum(), x)[0])
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_one_input_for_every_agent_gives_the_values_of_its_copies(share):
+    """A centralised critic's global state given once, (L, B, 1, D), gives what the same state copied
+    to each agent, (L, B, N, D), gives: a shared network runs its first layer once per row and adds
+    each agent's one-hot column; separate networks get the copies. And that first layer equals the
+    network on [x, one-hot] that it replaces, gradients included."""
+    torch.manual_seed(0)
+    critic = Critic(7, 3, share_params=share)
+    state = torch.randn(2, 5, 1, 7)
+    torch.testing.assert_close(critic(state)[0], critic(state.expand(2, 5, 3, 7))[0])
+    if share:
+        net = critic.net
+        assert net.reads_one_input
+        x = torch.cat([state.expand(2, 5, 3, 7), torch.eye(3).expand(2, 5, 3, 3)], -1)  # what the layer replaces
+        by_cat = net.head(net.body(x)).squeeze(-1)
+        torch.testing.assert_close(critic(state)[0], by_cat)
+        grads = torch.autograd.grad(critic(state)[0].square().sum(), list(critic.parameters()))
+        grads_cat = torch.autograd.grad(by_cat.square().sum(), list(critic.parameters()))
+        for a, b in zip(grads, grads_cat):
+            torch.testing.assert_close(a, b)
+
+
 def test_masked_categorical_never_samples_masked_actions():
     torch.manual_seed(0)
     logits = torch.randn(500, 3, 5) * 3

@@ -134,7 +134,9 @@ def test_gae_copies_agree_with_the_reference(algo, seed, lam):
 def test_maa2c_critic_inputs_copy_agrees():
     obs, state = torch.randn(4, 3, 5), torch.randn(4, 15)
     for kind in ("state", "concat_obs"):
-        assert torch.equal(maa2c.critic_inputs(obs, state, kind), mappo.critic_inputs(obs, state, kind))
+        # mappo's (E, 1, D) is one input for every agent (stored once per env copy; nets.Critic broadcasts it)
+        once = mappo.critic_inputs(obs, state, kind).expand(4, 3, -1)
+        assert torch.equal(maa2c.critic_inputs(obs, state, kind), once)
     assert torch.equal(ia2c.local_critic_inputs(obs, state), ippo.local_critic_inputs(obs, state))
 
 
