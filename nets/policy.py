@@ -285,7 +285,9 @@ class Actor(nn.Module):
         if self.action_factors is not None:
             out = self.joint_logits(out)
         if self.discrete:
-            mask = action_mask if action_mask is not None or not self.pads_actions else self.action_dim_mask
+            mask = action_mask
+            if mask is None and self.pads_actions:  # no env mask: only the head's padded actions are masked
+                mask = self.action_dim_mask
             return MaskedCategorical(out, mask), state
         return MaskedGaussian(out, self.log_std, self.action_dim_mask), state
 
