@@ -14,13 +14,16 @@ Modeling Problem", arXiv:2205.14953): the agents of one step form a sequence.
   the agents); the encoder is then only a centralised critic.
 
 Sizes follow the authors' code: post-LayerNorm blocks with a GELU MLP as wide as the embedding,
-LayerNorm on the raw observations, orthogonal initialisation with gain sqrt(2) for the layers
+orthogonal initialisation with gain sqrt(2) for the layers
 a GELU follows and 0.01 for all others (attention projections, heads). A discrete start token is an
 extra one-hot entry in front of the action one-hot. Continuous actions keep the same extra entry
 (the authors' start token there is an all-zero action, which a real action can equal). The
 continuous Gaussian has a learned log standard deviation per action dimension, starting at -0.5
 (std 0.61 in units of the [-1, 1] action box), as MAPPO's actor here; the authors bound the std by
-0.5 sigmoid(p), which learned slower on continuous simple_spread (docs/algorithms/mat.md).
+0.5 sigmoid(p), which learned slower on continuous simple_spread (docs/algorithms/mat.md). The authors
+also put a LayerNorm on each agent's raw observation; here it is optional (obs_layernorm) and off:
+it divides every observation by the spread of its own features, so an agent far from the landmarks
+and one near them can look alike, and the values (explained variance) and returns suffer.
 
 Inputs put the agent axis before the features, after any batch axes: obs (..., N, obs_dim).
 """
@@ -122,14 +125,18 @@ class MultiAgentTransformer(nn.Module):
     """
 
     def __init__(self, obs_dim: int, n_agents: int, discrete: bool, action_size: int, action_dim_mask: torch.Tensor,
-                 n_block: int = 1, n_embd: int = 64, n_head: int = 1, decoder: str = "mat"):
+                 n_block: int = 1, n_embd: int = 64, n_head: int = 1, decoder: str = "mat",
+                 obs_layernorm: bool = False):
         super().__init__()
         if n_embd % n_head:
             raise ValueError(f"n_embd {n_embd} must be a multiple of n_head {n_head}")
         self.discrete, self.action_size, self.sequential = discrete, action_size, decoder == "mat"
         self.register_buffer("action_dim_mask", torch.as_tensor(action_dim_mask, dtype=torch.bool).reshape(
             n_agents, action_size))
-        self.obs_embed = nn.Sequential(nn.LayerNorm(obs_dim), linear(obs_dim, n_embd, GELU_GAIN), nn.GELU())
+        def obs_norm():  # the raw observation as it is, or through a LayerNorm over its features (the authors')
+            return nn.LayerNorm(obs_dim) if obs_layernorm else nn.Identity()
+
+        self.obs_embed = nn.Sequential(obs_norm(), linear(obs_dim, n_embd, GELU_GAIN), nn.GELU())
         self.encoder_ln = nn.LayerNorm(n_embd)
         self.encoder = nn.ModuleList([EncoderBlock(n_embd, n_head) for _ in range(n_block)])
         self.value_head = head(n_embd, 1)
@@ -140,7 +147,7 @@ class MultiAgentTransformer(nn.Module):
             self.decoder = nn.ModuleList([DecoderBlock(n_embd, n_head) for _ in range(n_block)])
             self.action_head = head(n_embd, action_size)
         else:  # MAT-Dec: a decentralised actor on the agent's own observation
-            self.actor = nn.Sequential(nn.LayerNorm(obs_dim), linear(obs_dim, n_embd, GELU_GAIN), nn.GELU(),
+            self.actor = nn.Sequential(obs_norm(), linear(obs_dim, n_embd, GELU_GAIN), nn.GELU(),
                                        nn.LayerNorm(n_embd), linear(n_embd, n_embd, GELU_GAIN), nn.GELU(),
                                        nn.LayerNorm(n_embd), linear(n_embd, action_size))
         if not discrete:

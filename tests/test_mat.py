@@ -248,6 +248,27 @@ def test_resume_goes_on_exactly_and_evaluate_checkpoint(small, tmp_path):
         mappo.main(make_args(mappo.Args, evaluate_checkpoint=part["run_dir"], cuda=False))
 
 
+def test_the_observation_layernorm_option_and_runs_saved_with_it(small, tmp_path):
+    """Off (the default), the encoder sees an observation's scale: o and 3 o give different values; on
+    (the authors'), a LayerNorm over the features makes them the same. A checkpoint with the LayerNorm
+    whose saved args predate the option (a run from before it) still evaluates."""
+    obs = tiny_obs()
+    for layernorm in (False, True):
+        torch.manual_seed(0)
+        net = MultiAgentTransformer(6, 4, True, 5, torch.ones(4, 5, dtype=torch.bool), obs_layernorm=layernorm)
+        net = net.double()
+        same = torch.allclose(net.encode(obs)[0], net.encode(3 * obs)[0], atol=1e-6)
+        assert same == layernorm
+    run = mat.main(small(obs_layernorm=True))
+    path = os.path.join(run["run_dir"], "checkpoint.pt")
+    ckpt = torch.load(path, weights_only=True)
+    assert "obs_embed.0.weight" in ckpt["transformer"]
+    del ckpt["args"]["obs_layernorm"]  # as the runs written before the option
+    torch.save(ckpt, path)
+    result = mat.main(small(evaluate_checkpoint=run["run_dir"], eval_episodes=2))
+    assert math.isfinite(result["eval_return_mean"])
+
+
 # ----------------------------------------------------------------------------- groups
 def test_groups_loaded_from_runs_act_as_them_and_stay_out_of_the_losses(small, tmp_path, monkeypatch):
     """On simple_tag the prey acts as a MAPPO run, then as a MAT run (which acts for all four agents;
