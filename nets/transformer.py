@@ -14,8 +14,8 @@ Modeling Problem", arXiv:2205.14953): the agents of one step form a sequence.
   the agents); the encoder is then only a centralised critic.
 
 Sizes follow the authors' code: post-LayerNorm blocks with a GELU MLP as wide as the embedding,
-orthogonal initialisation with gain sqrt(2) for the layers
-a GELU follows and 0.01 for all others (attention projections, heads). A discrete start token is an
+orthogonal initialisation with gain sqrt(2) for the layers a GELU follows and 0.01 for all others
+(attention projections, heads). A discrete start token is an
 extra one-hot entry in front of the action one-hot. Continuous actions keep the same extra entry
 (the authors' start token there is an all-zero action, which a real action can equal). The
 continuous Gaussian has a learned log standard deviation per action dimension, starting at -0.5
