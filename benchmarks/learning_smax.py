@@ -1,5 +1,6 @@
 """Learning bars on SMAX (`torch:smax_<map>`, the batched torch port): greedy-evaluation win rates
-of MAPPO, IPPO and QMIX on 3m, 2s3z, 3s5z and 5m_vs_6m, 3 seeds each.
+of MAPPO, IPPO and QMIX on 3m, 2s3z, 3s5z and 5m_vs_6m, 3 seeds each, and of any other file given
+with --algo (MAT and MAT-Dec against MAPPO at the same budget: --versus mappo).
 
 Trains every (algorithm, map) for several seeds through run.py (presets `configs/<algo>/<env>.yaml`
 where they exist; runs go to <run-dir>/<env>/<algo>/, and launching the same command again reads
@@ -18,6 +19,12 @@ scalar of a run still going): its best point within the budget and its last one,
                 (benchmarks/results/learning_smax/jaxmarl-baseline_<algo>_smax-<map>_*.json, each
                 with its greedy evaluation curve; the bar is the best point of their mean within
                 the budget) or a table {"source": ..., "mappo/2s3z": 0.97, "qmix/5m_vs_6m": 0.41}
+    versus      --versus LABEL: every other label on a map must reach that label's best mean win rate
+                within the same budget (MAT's bar: at least MAPPO's; MAPPO's stored 10M runs join
+                with --with-json and are cut at the budget like every run)
+
+The budget is --total-timesteps (10M, JaxMARL's; give it with --from-runs to judge shorter runs). A
+run stops at the first whole iteration past it, so points up to 0.5% past it count as within.
 
 A bar is met when the best point of the mean curve within its budget reaches it; a run short of
 the budget that has not reached it yet is "open", not failed. Runs that evaluate by sampling
@@ -28,6 +35,8 @@ the budget that has not reached it yet is "open", not failed. Runs that evaluate
     python benchmarks/learning_smax.py --from-runs runs/bench_smax --json smax.json --plot smax.png
     python benchmarks/learning_smax.py --from-runs runs/later --with-json smax_seed1.json --json smax.json  # join seeds
     python benchmarks/learning_smax.py --from-runs runs/bench_smax --reference benchmarks/results/learning_smax/jaxmarl-baseline_*.json
+    python benchmarks/learning_smax.py --algo mat mappo --maps 2s3z --total-timesteps 2000000 --versus mappo \
+        --with-json benchmarks/results/learning_smax/mappo_smax-2s3z-torch_10m.json    # (trains only mat: mappo is stored)
 """
 import argparse
 import json
@@ -47,6 +56,7 @@ MAPS = ("3m", "2s3z", "3s5z", "5m_vs_6m")
 # baselines/MAPPO/config/mappo_homogenous_rnn_smax.yaml @ ea4733c, baselines/IPPO/config/ippo_rnn_smax.yaml
 # @ a9b91a7, baselines/QLearning/config/alg/ql_rnn_smax.yaml @ edebe10), which count env steps the same way.
 BUDGET = 10_000_000
+SLACK = 0.005  # a point up to this fraction past the budget is within it (runs end on a whole iteration)
 WIN_TAG = "eval/win_rate"
 # (algo, map) -> greedy win rate JaxMARL publishes within BUDGET, each with its source. None found: the JaxMARL
 # paper (Rutherford et al., arXiv 2311.10090) and FLAIROx/JaxMARL#77 give SMAX results as curves only, and its
@@ -125,7 +135,7 @@ def load_reference(paths: Optional[List[str]], budget: int = BUDGET) -> Tuple[Di
             data = json.load(f)
         if "greedy_eval_curve" in data:
             curves.setdefault((data["algo"], data["map"]), []).append(
-                [(step, rate) for step, rate in data["greedy_eval_curve"] if step <= budget * 1.001])
+                [(step, rate) for step, rate in data["greedy_eval_curve"] if step <= budget * (1 + SLACK)])
             source = data.get("source", {})
             sources.append(f"{source.get('baseline_file', path)} @ {source.get('baseline_file_commit', '?')[:7]}, "
                            f"{data['map']}, seed {data.get('seed')}, {data.get('env_steps', 0):,} env steps")
@@ -164,18 +174,33 @@ def verdict(best: float, reached: int, bar: float, budget: int) -> Optional[bool
     return None if reached < budget * 0.999 else False
 
 
+def best_within(runs: List[dict], budget: int) -> Optional[float]:
+    """The best point of the runs' mean greedy win-rate curve within the budget (points every run has
+    reached); None when there is none."""
+    _, values = curves_on_grid([[(s, v) for s, v in r["win_curve"] if s <= budget * (1 + SLACK)] for r in runs])
+    if not values.size:
+        return None
+    mean, _, _, count = mean_and_band(values)
+    full = count == len(runs)
+    return float(np.max(mean[full])) if full.any() else None
+
+
 def report(records: List[dict], reference: Dict[Tuple[str, str], float], budget: int = BUDGET,
-           out_path: Optional[str] = None) -> List[dict]:
+           out_path: Optional[str] = None, versus: Optional[str] = None) -> List[dict]:
     """One row per (algorithm, map, family, eval policy): the mean over seeds of the win-rate curves
-    within the budget (at points every seed has reached), its best and last point, and its bars."""
+    within the budget (at points every seed has reached), its best and last point, and its bars; with
+    `versus` (a label), every other greedy label on a map is also judged against that label's best."""
     groups: Dict[tuple, List[dict]] = {}
     for r in records:
         groups.setdefault((r["label"], r["map"], r["family"], r["eval_policy"]), []).append(r)
+    versus_best = {m: best_within(runs, budget) for (label, m, _, policy), runs in groups.items()
+                   if label == versus and policy == "greedy"}
     rows = []
     print(f"\n{'algo':<13} {'map':<9} {'env':<8} {'seeds':>5} {'steps':>11} {'best mean':>10} {'last mean':>10}  bars "
           f"(greedy win rate within {budget:,d} env steps)")
     for (label, map_name, family, policy), runs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        steps, values = curves_on_grid([[(s, v) for s, v in r["win_curve"] if s <= budget * 1.001] for r in runs])
+        steps, values = curves_on_grid([[(s, v) for s, v in r["win_curve"] if s <= budget * (1 + SLACK)]
+                                        for r in runs])
         mean, low, high, count = mean_and_band(values) if values.size else (np.array([]),) * 4
         full = count == len(runs)  # points every seed has reached
         name = label if policy == "greedy" else f"{label},{policy}"
@@ -186,6 +211,8 @@ def report(records: List[dict], reference: Dict[Tuple[str, str], float], budget:
         last_i = int(np.flatnonzero(full)[-1])
         reached = min(r["global_step"] for r in runs)  # env steps every seed has trained (past the budget too)
         bars = bars_of(label.split(",")[0], map_name, reference) if policy == "greedy" else []
+        if policy == "greedy" and label != versus and versus_best.get(map_name) is not None:
+            bars.append((versus, versus_best[map_name]))
         judged = [{"kind": kind, "bar": bar, "met": verdict(float(mean[best_i]), reached, bar, budget)}
                   for kind, bar in bars]
         rows.append(dict(algo=label, map=map_name, env_family=family, eval_policy=policy, seeds=len(runs),
@@ -199,7 +226,8 @@ def report(records: List[dict], reference: Dict[Tuple[str, str], float], budget:
         print(f"{name:<13} {map_name:<9} {family:<8} {len(runs):>5} {reached:>11,d} {mean[best_i]:>10.3f} "
               f"{mean[last_i]:>10.3f}  {shown}   per seed best: "
               + ", ".join(f"{x:.2f}" for x in rows[-1]["best_per_seed"]))
-    unbarred = sorted((set(PUBLISHED) | set(reference) | set(FLOOR))
+    maps_here = {r["map"] for r in records}
+    unbarred = sorted({(a, m) for a, m in set(PUBLISHED) | set(reference) | set(FLOOR) if m in maps_here}
                       - {(r["algo"].split(",")[0], r["map"]) for r in rows if r["eval_policy"] == "greedy"})
     if unbarred:
         print("bars without runs yet: " + ", ".join(f"{a} on {m}" for a, m in unbarred))
@@ -230,7 +258,8 @@ def plot(records: List[dict], path: str, reference: Dict[Tuple[str, str], float]
             if r["map"] == map_name:
                 by_label.setdefault(f"{r['label']} ({r['family']}, {r['eval_policy']})", []).append(r)
         for label, runs in sorted(by_label.items()):
-            steps, values = curves_on_grid([r["win_curve"] for r in runs])
+            steps, values = curves_on_grid([[(s, v) for s, v in r["win_curve"] if s <= budget * (1 + SLACK)]
+                                            for r in runs])
             if not values.size:
                 continue
             mean, low, high, _ = mean_and_band(values)
@@ -261,7 +290,8 @@ def main(argv=None) -> List[dict]:
     parser.add_argument("--algo", nargs="+", default=list(ALGOS), help="algorithm files to train (or read)")
     parser.add_argument("--maps", nargs="+", default=list(MAPS), help="SMAX maps, trained as torch:smax_<map>")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--total-timesteps", type=int, default=BUDGET, help="env steps per run")
+    parser.add_argument("--total-timesteps", type=int, default=BUDGET,
+                        help="env steps per run, and the budget the table judges within (also with --from-runs)")
     parser.add_argument("--eval-every", type=int, default=500_000, help="env steps between greedy evaluations")
     parser.add_argument("--flags", default="", help="extra algorithm flags for every run, one quoted string")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -273,10 +303,12 @@ def main(argv=None) -> List[dict]:
     parser.add_argument("--with-json", nargs="+", default=[], metavar="FILE",
                         help="results files this script wrote earlier: their runs join the table (seeds whose run "
                         "folders are gone); a run here replaces a stored one of the same label, map and seed")
+    parser.add_argument("--versus", default=None, metavar="LABEL",
+                        help="judge every other label on a map against this one's best within the same budget")
     parser.add_argument("--json", default=None, help="write the table and curves to this JSON file")
     parser.add_argument("--plot", default=None, help="write the win-rate curves to this PNG file")
     opts = parser.parse_args(argv)
-    reference, source, baselines = load_reference(opts.reference)
+    reference, source, baselines = load_reference(opts.reference, opts.total_timesteps)
     root = opts.from_runs or opts.run_dir
     if not opts.from_runs:
         launcher.main(["--algo", *opts.algo, "--env", *[f"torch:smax_{m}" for m in opts.maps], "--seeds",
@@ -291,9 +323,9 @@ def main(argv=None) -> List[dict]:
         raise SystemExit(f"error: no SMAX run ({', '.join(p + '<map>' for p in SMAX_PREFIXES)}) under {root}")
     if source:
         print(f"reference: {source}")
-    rows = report(records, reference, BUDGET, opts.json)
+    rows = report(records, reference, opts.total_timesteps, opts.json, opts.versus)
     if opts.plot:
-        plot(records, opts.plot, reference, baselines=baselines)
+        plot(records, opts.plot, reference, opts.total_timesteps, baselines=baselines)
     return rows
 
 

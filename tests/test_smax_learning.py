@@ -75,3 +75,26 @@ def test_stored_seeds_join_the_table(tmp_path, capsys):
     (tmp_path / "other.json").write_text('{"rows": []}')
     with pytest.raises(SystemExit, match="not a results file of this script"):
         stored_runs(str(tmp_path / "other.json"))
+
+
+def test_versus_judges_every_label_against_another_within_the_same_budget():
+    """benchmarks/learning_smax.py --versus mappo --total-timesteps 2000000: MAPPO's 10M runs are cut at the
+    budget (its 1.0 at 5M does not count), a point one iteration past the budget counts, and each other label's
+    best is judged against MAPPO's best within 2M."""
+    import pytest
+
+    from benchmarks.learning_smax import report
+
+    def runs(label, curves):
+        return [dict(label=label, algo=label.split(",")[0], env="torch:smax_2s3z", seed=seed, map="2s3z",
+                     family="torch", eval_policy="greedy", win_curve=curve, global_step=curve[-1][0])
+                for seed, curve in enumerate(curves, 1)]
+    mappo = runs("mappo", [[(1_004_800, 0.4), (2_003_200, 0.6), (5_000_000, 1.0)],
+                           [(1_004_800, 0.6), (2_003_200, 0.8), (5_000_000, 1.0)]])
+    mat = runs("mat", [[(1_004_800, 0.5), (2_003_200, 0.9)], [(1_004_800, 0.5), (2_003_200, 0.5)]])
+    dec = runs("mat,dec", [[(1_004_800, 0.5), (2_003_200, 0.6)], [(1_004_800, 0.5), (2_003_200, 0.6)]])
+    rows = {row["algo"]: row for row in report(mappo + mat + dec, {}, budget=2_000_000, versus="mappo")}
+    assert rows["mappo"]["best_mean_win_rate"] == pytest.approx(0.7)
+    assert [bar["kind"] for bar in rows["mappo"]["bars"]] == ["floor"], "no bar against itself"
+    assert rows["mat"]["bars"] == [{"kind": "mappo", "bar": pytest.approx(0.7), "met": True}]
+    assert rows["mat,dec"]["bars"] == [{"kind": "mappo", "bar": pytest.approx(0.7), "met": False}]
