@@ -99,8 +99,9 @@ def declared_flags(source: str) -> set:
 
 
 def flag_tokens(argv):
-    """The `--flag` tokens of an argparse command line (`--flag=value` counts as `--flag`)."""
-    return [t.split("=", 1)[0] for t in argv if t.startswith("--") and t != "--"]
+    """The `--flag` tokens of an argparse command line (`--flag=value` counts as `--flag`; a quoted value with
+    spaces, as `--flags "--torch-threads 1"`, is a value, not a flag)."""
+    return [t.split("=", 1)[0] for t in argv if t.startswith("--") and t != "--" and not any(c.isspace() for c in t)]
 
 
 def check_algo_argv(module, argv, where: str, capsys) -> None:
