@@ -35,8 +35,9 @@ the budget that has not reached it yet is "open", not failed. Runs that evaluate
     python benchmarks/learning_smax.py --from-runs runs/bench_smax --json smax.json --plot smax.png
     python benchmarks/learning_smax.py --from-runs runs/later --with-json smax_seed1.json --json smax.json  # join seeds
     python benchmarks/learning_smax.py --from-runs runs/bench_smax --reference benchmarks/results/learning_smax/jaxmarl-baseline_*.json
-    python benchmarks/learning_smax.py --algo mat mappo --maps 2s3z --total-timesteps 2000000 --versus mappo \
-        --with-json benchmarks/results/learning_smax/mappo_smax-2s3z-torch_10m.json    # (trains only mat: mappo is stored)
+    python benchmarks/learning_smax.py --algo mat --maps 2s3z --total-timesteps 2000000 --run-dir runs/smax_mat
+    python benchmarks/learning_smax.py --from-runs runs/smax_mat --algo mat mappo --maps 2s3z --total-timesteps 2000000 \
+        --versus mappo --with-json benchmarks/results/learning_smax/mappo_smax-2s3z-torch_10m.json  # MAPPO's stored runs
 """
 import argparse
 import json
@@ -321,6 +322,9 @@ def main(argv=None) -> List[dict]:
                 if (r["label"], r["map"], r["seed"]) not in here]
     if not records:
         raise SystemExit(f"error: no SMAX run ({', '.join(p + '<map>' for p in SMAX_PREFIXES)}) under {root}")
+    if opts.versus and opts.versus not in {r["label"] for r in records}:
+        raise SystemExit(f"error: --versus {opts.versus}: no run has that label; the runs' labels are "
+                         f"{sorted({r['label'] for r in records})} (a stored label joins with --with-json and --algo)")
     if source:
         print(f"reference: {source}")
     rows = report(records, reference, opts.total_timesteps, opts.json, opts.versus)

@@ -98,3 +98,17 @@ def test_versus_judges_every_label_against_another_within_the_same_budget():
     assert [bar["kind"] for bar in rows["mappo"]["bars"]] == ["floor"], "no bar against itself"
     assert rows["mat"]["bars"] == [{"kind": "mappo", "bar": pytest.approx(0.7), "met": True}]
     assert rows["mat,dec"]["bars"] == [{"kind": "mappo", "bar": pytest.approx(0.7), "met": False}]
+
+
+def test_versus_names_a_label_no_run_has(tmp_path):
+    """A --versus label that no run carries ends in one line that lists the labels there are, no traceback."""
+    import subprocess
+    import sys
+
+    repo = os.path.join(os.path.dirname(__file__), "..")
+    stored = os.path.join(repo, "benchmarks", "results", "learning_smax", "mappo_smax-2s3z-torch_10m.json")
+    done = subprocess.run([sys.executable, "benchmarks/learning_smax.py", "--from-runs", str(tmp_path / "none"),
+                           "--algo", "mappo", "--maps", "2s3z", "--with-json", stored, "--versus", "mapo"],
+                          cwd=repo, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "--versus mapo: no run has that label" in done.stderr and "['mappo']" in done.stderr
