@@ -11,7 +11,7 @@ acts from its own observation, the encoder is a centralised critic. Run:
     python algos/mat.py --env simple_spread
 """
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Tuple
 
@@ -227,8 +227,6 @@ def checkpoint_payload(args, teams, mat, value_norm, optimizer, shuffle_gen, glo
 def acting_policy(saved: Args, env, ckpt: dict, device) -> MultiAgentTransformer:
     """A saved run's transformer (for --evaluate-checkpoint, and --load-group in any algorithm): its
     forward gives the `nets.Actor` interface, decoding the agents in order."""
-    if "obs_embed.0.weight" in ckpt["transformer"]:  # a run from before --obs-layernorm, which always had it
-        saved = replace(saved, obs_layernorm=True)
     mat = build_networks(saved, env, device)
     mat.load_state_dict(ckpt["transformer"])
     return mat

@@ -156,6 +156,9 @@ def did_you_mean(word: str, choices: Sequence[str]) -> str:
 
 # Values that older presets and checkpoints hold, as today's fields take them.
 RENAMED_VALUES = {"share_params": {True: "all", False: "none"}}
+# Fields added after runs were saved whose default is not how those runs behaved: a checkpoint without
+# the field gets this value (MAT always had the observation LayerNorm before --obs-layernorm existed).
+BEFORE_THE_FIELD = {"obs_layernorm": True}
 
 
 def upgraded(name: str, value: Any) -> Any:
@@ -320,9 +323,11 @@ def resumed_args(cls: Type[T], path: str) -> dict:
 
 
 def saved_args(cls: Type[T], saved: dict) -> dict:
-    """A checkpoint's saved args (plain values, lists for tuples) as Args fields."""
+    """A checkpoint's saved args (plain values, lists for tuples) as Args fields; a field the run
+    predates takes the value it behaved as (BEFORE_THE_FIELD)."""
     names = field_names(cls)
-    return {k: tuple(v) if isinstance(v, list) else upgraded(k, v) for k, v in saved.items() if k in names}
+    older = {k: v for k, v in BEFORE_THE_FIELD.items() if k in names and k not in saved}
+    return {**older, **{k: tuple(v) if isinstance(v, list) else upgraded(k, v) for k, v in saved.items() if k in names}}
 
 
 def _base(cls: Type[T], config: Optional[str], resume: Optional[str]) -> dict:
