@@ -88,6 +88,11 @@ def win_curve(record: dict) -> List[Tuple[int, float]]:
     return sorted(points.items())
 
 
+def within(curve: List[Tuple[int, float]], budget: int) -> List[Tuple[int, float]]:
+    """The points of a curve within the budget (a run ends on the first whole iteration past it)."""
+    return [(step, value) for step, value in curve if step <= budget * (1 + SLACK)]
+
+
 def read_runs(root: str, algos: Optional[List[str]] = None, maps: Optional[List[str]] = None) -> List[dict]:
     """The SMAX runs under `root` (one per env, label and seed: the furthest along), each record of
     common.results.read_run with `map`, `family`, `eval_policy` and `win_curve` added."""
@@ -136,7 +141,7 @@ def load_reference(paths: Optional[List[str]], budget: int = BUDGET) -> Tuple[Di
             data = json.load(f)
         if "greedy_eval_curve" in data:
             curves.setdefault((data["algo"], data["map"]), []).append(
-                [(step, rate) for step, rate in data["greedy_eval_curve"] if step <= budget * (1 + SLACK)])
+                within([tuple(point) for point in data["greedy_eval_curve"]], budget))
             source = data.get("source", {})
             sources.append(f"{source.get('baseline_file', path)} @ {source.get('baseline_file_commit', '?')[:7]}, "
                            f"{data['map']}, seed {data.get('seed')}, {data.get('env_steps', 0):,} env steps")
@@ -175,14 +180,18 @@ def verdict(best: float, reached: int, bar: float, budget: int) -> Optional[bool
     return None if reached < budget * 0.999 else False
 
 
+def mean_within(runs: List[dict], budget: int) -> tuple:
+    """(steps, per-run values, mean, low, high, full) of the runs' win-rate curves within the budget on
+    one grid, `full` marking the points every run has reached (all empty when no run has a point)."""
+    steps, values = curves_on_grid([within(r["win_curve"], budget) for r in runs])
+    mean, low, high, count = mean_and_band(values) if values.size else (np.array([]),) * 4
+    return steps, values, mean, low, high, count == len(runs)
+
+
 def best_within(runs: List[dict], budget: int) -> Optional[float]:
     """The best point of the runs' mean greedy win-rate curve within the budget (points every run has
     reached); None when there is none."""
-    _, values = curves_on_grid([[(s, v) for s, v in r["win_curve"] if s <= budget * (1 + SLACK)] for r in runs])
-    if not values.size:
-        return None
-    mean, _, _, count = mean_and_band(values)
-    full = count == len(runs)
+    _, _, mean, _, _, full = mean_within(runs, budget)
     return float(np.max(mean[full])) if full.any() else None
 
 
@@ -200,10 +209,7 @@ def report(records: List[dict], reference: Dict[Tuple[str, str], float], budget:
     print(f"\n{'algo':<13} {'map':<9} {'env':<8} {'seeds':>5} {'steps':>11} {'best mean':>10} {'last mean':>10}  bars "
           f"(greedy win rate within {budget:,d} env steps)")
     for (label, map_name, family, policy), runs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        steps, values = curves_on_grid([[(s, v) for s, v in r["win_curve"] if s <= budget * (1 + SLACK)]
-                                        for r in runs])
-        mean, low, high, count = mean_and_band(values) if values.size else (np.array([]),) * 4
-        full = count == len(runs)  # points every seed has reached
+        steps, values, mean, low, high, full = mean_within(runs, budget)  # full: points every seed has reached
         name = label if policy == "greedy" else f"{label},{policy}"
         if not full.any():
             print(f"{name:<13} {map_name:<9} {family:<8} {len(runs):>5}   (no win-rate evaluation every seed has)")
@@ -259,8 +265,7 @@ def plot(records: List[dict], path: str, reference: Dict[Tuple[str, str], float]
             if r["map"] == map_name:
                 by_label.setdefault(f"{r['label']} ({r['family']}, {r['eval_policy']})", []).append(r)
         for label, runs in sorted(by_label.items()):
-            steps, values = curves_on_grid([[(s, v) for s, v in r["win_curve"] if s <= budget * (1 + SLACK)]
-                                            for r in runs])
+            steps, values = curves_on_grid([within(r["win_curve"], budget) for r in runs])
             if not values.size:
                 continue
             mean, low, high, _ = mean_and_band(values)
