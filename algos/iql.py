@@ -23,6 +23,7 @@ from common.cli import ConfigError, RunArgs, run_cli
 from common.groups import GroupArgs, check_group_args, param_layout, policy_map
 from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
                               seed_everything, start_or_resume)
+from common.turns import is_turn_based, turn_td_targets, whose_move
 from envs import discrete_hint, make_env, parse_env_kwargs
 from nets import QPolicy, ValueNorm
 
@@ -88,14 +89,17 @@ class Args(GroupArgs, RunArgs):
     recurrent: Literal["gru", "none"] = "gru"
     """recurrent core of the agent network"""
     hidden_dim: int = 64
-    """width of the agent network (linear layer and GRU)"""
+    """width of the agent network (linear layers and GRU)"""
+    hidden_layers: int = 1
+    """linear layers before the GRU (or before the head with --recurrent none: a fully observed board game's
+    feed-forward agent wants two)"""
 
 
 def validate(args: Args, env=None) -> None:
     """Reject option combinations that cannot work, saying what is accepted."""
     check_group_args(args)
     for name in ("num_envs", "batch_size", "buffer_size", "updates_per_iteration", "target_update_interval",
-                 "eval_episodes", "eval_num_envs", "total_timesteps"):
+                 "hidden_layers", "eval_episodes", "eval_num_envs", "total_timesteps"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not 0.0 < args.tau <= 1.0:
@@ -114,7 +118,7 @@ def build_networks(args: Args, env, device):
     CNN: nets.encoder_for); nothing else."""
     return QPolicy(env.obs_shape, env.n_actions, env.n_agents, param_layout(args, env), args.hidden_dim,
                    args.recurrent, args.last_action_input,
-                   obs_sizes=env.obs_dims, action_sizes=env.action_dims).to(device)
+                   obs_sizes=env.obs_dims, action_sizes=env.action_dims, hidden_layers=args.hidden_layers).to(device)
 
 
 # ============================================================================ 3. ALGORITHM FUNCTIONS
@@ -235,7 +239,7 @@ def main(args: Args) -> dict:
     eval_envs = make_env(args.env, args.eval_num_envs, args.seed + 10_000, env_kwargs, device=device)
     E, N, A = args.num_envs, envs.n_agents, envs.n_actions
     # Groups of agents (by name prefix or --agent-groups), which of them learn, which start from other runs.
-    teams = policy_map(args, envs, ALGO, device)  # bad names and unusable runs fail here
+    teams = policy_map(args, envs, ALGO, device, turn_based=True)  # bad names and unusable runs fail here
     groups = teams.members  # {group name: agent indices}, for per-group returns
     agents = build_networks(args, envs, device)
     teams.load_weights({"q_net": agents})  # --load-group from an IQL run: copy its agents' weights
@@ -281,6 +285,8 @@ def main(args: Args) -> dict:
         starts = torch.ones(1, E, N, device=device)
         running = torch.ones(E, dtype=torch.bool, device=device)  # (E,) still in this iteration's episode
         buffer.reset_current_episode()
+        # (E, N) whose move it is, in a turn-based game (common/turns.py); None in every other env
+        acting = whose_move(envs, device) if is_turn_based(envs) else None
         while running.any():
             with torch.no_grad():
                 greedy, agent_state = agents(obs[None], agent_state, starts, None if mask is None else mask[None])
@@ -296,6 +302,7 @@ def main(args: Args) -> dict:
                 next_obs=final_obs, terminated=torch.as_tensor(result.terminated, device=device).float(),
                 truncated=torch.as_tensor(result.truncated, device=device).float(), valid=valid,
                 alive=torch.as_tensor(result.alive, device=device).float(),  # (E, N) the agent acted
+                **({} if acting is None else {"acting": acting.float()}),  # the agent moved (a turn-based game)
                 **({} if mask is None else {"action_masks": mask,
                                             "next_action_masks": torch.as_tensor(final_mask, device=device)}))
             global_step += int(running.sum())
@@ -310,6 +317,7 @@ def main(args: Args) -> dict:
             fresh = bool(done.all())  # every copy has just auto-reset: the next episode starts here
             obs, state = torch.as_tensor(result.obs, device=device), torch.as_tensor(result.state, device=device)
             mask = None if result.action_mask is None else torch.as_tensor(result.action_mask, device=device)
+            acting = None if acting is None else whose_move(result, device)
             starts = torch.zeros(1, E, N, device=device)
         episode = buffer.end_episode()
         if args.standardise_rewards:  # running scale of the rewards, from every real step a live agent played
@@ -361,14 +369,19 @@ def main(args: Args) -> dict:
                     chooser = chooser.masked_fill(~mask_all, float("-inf"))
                 best_next = chooser[1:].argmax(-1, keepdim=True)  # (T, B, N, 1)
                 tq_next = tq_all[1:].gather(-1, best_next).squeeze(-1)  # (T, B, N)
-                # One TD(lambda) recursion per agent: (T, B, N); an agent's own termination ends its recursion.
-                # A death inside a running episode (SMAX): the rewards after it, not Q_i of a zero view
-                death, tail, keep = after_death(rewards, alive, step_mask, ended, terminated, args.gamma)
-                tq_next = torch.where(death > 0, tail, tq_next)
-                targets = td_lambda_targets(rewards, tq_next, terminated,
-                                            torch.maximum(torch.maximum(ended[..., None], terminated), death),
-                                            args.gamma, args.td_lambda)
-            agent_mask = agent_mask * keep  # a death whose episode the clock cut has no known return
+                if "acting" in b:  # a turn-based game: each agent learns from its own moves, the rewards that
+                    # arrive on the others' moves credited to its last one, bootstrapping from its next move
+                    targets, keep = turn_td_targets(rewards, tq_next, b["acting"], ended, terminated, args.gamma,
+                                                    args.td_lambda)
+                    agent_mask = agent_mask * b["acting"]
+                else:  # one TD(lambda) recursion per agent: (T, B, N); an agent's own termination ends it.
+                    # A death inside a running episode (SMAX): the rewards after it, not Q_i of a zero view
+                    death, tail, keep = after_death(rewards, alive, step_mask, ended, terminated, args.gamma)
+                    tq_next = torch.where(death > 0, tail, tq_next)
+                    targets = td_lambda_targets(rewards, tq_next, terminated,
+                                                torch.maximum(torch.maximum(ended[..., None], terminated), death),
+                                                args.gamma, args.td_lambda)
+            agent_mask = agent_mask * keep  # a death (or a move) whose episode the clock cut has no known return
             td_error = q_taken - targets
             per_step = td_error ** 2 if args.loss == "mse" else F.smooth_l1_loss(q_taken, targets, reduction="none")
             loss = masked_mean(per_step, agent_mask)

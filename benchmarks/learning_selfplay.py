@@ -1,7 +1,7 @@
 """Self-play on turn-based games, scored against scripted players (issue 28's bars).
 
 One policy plays both seats (the files' default `--share-params all`: the seat's one-hot tells it
-which side it is on), learned by MAPPO or IPPO from each seat's own moves (common/turns.py). After
+which side it is on), learned by MAPPO, IPPO or IQL from each seat's own moves (common/turns.py). After
 training, the greedy policy plays --games games in each seat against every scripted player of the
 game (benchmarks/game_opponents.py): tic-tac-toe's perfect minimax player (`perfect`, one fixed
 line of play, and `perfect_varied`, a random move among those that keep the game's result, so that
@@ -86,6 +86,8 @@ def play(run_path: str, game: str, seat: int, opponent, games: int, seed: int, c
         actions = (dist.mode() if greedy else dist.sample())[0].numpy().copy()  # (E, N)
         for i in np.flatnonzero(env.acting[:, 1 - seat]):  # the scripted player's moves
             actions[i, 1 - seat] = opponent(view(obs[i, 1 - seat], board), mask[i, 1 - seat].astype(np.int8), rng)
+        if hasattr(net, "remember"):  # a Q-network that reads its last action (IQL's default) is told it
+            state = net.remember(state, torch.as_tensor(actions))
         for i in np.flatnonzero(env.acting[:, seat] & (quota > 0)) if watch else ():
             watch(view(obs[i, seat], board), mask[i, seat].astype(np.int8), int(actions[i, seat]))
         step = env.step(actions)
@@ -238,7 +240,7 @@ def main(argv=None):
     argv = argv[:argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--game", choices=sorted(GAMES), default="tictactoe")
-    parser.add_argument("--algo", choices=["ippo", "mappo"], default="ippo")
+    parser.add_argument("--algo", choices=["ippo", "mappo", "iql"], default="ippo")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--total-timesteps", type=int, default=2_000_000)
     parser.add_argument("--games", type=int, default=1000, help="games per seat and opponent")

@@ -1,4 +1,4 @@
-"""Turn-based games (envs/aec_vec.py) in the on-policy files: only the mover's steps count.
+"""Turn-based games (envs/aec_vec.py) in the on-policy files and IQL: only the mover's steps count.
 
 In a turn-based game one agent moves per step, and the reward of a move can arrive on a later
 step, when another agent moves (tic-tac-toe's loser gets its -1 on the winner's move). An
@@ -22,6 +22,9 @@ files whose critic values the team's state (MAPPO, MAA2C, MATRPO) take `acting` 
 games only: a dead unit bootstraps from the team's state, with plain GAE (crediting the rewards
 instead slowed MAPPO's learning on SMAX: same page).
 
+IQL, whose replay holds whole episodes, learns from moves the same way with `turn_td_targets`: a move's
+target is the rewards up to the agent's next move plus gamma times that move's value.
+
 Files that do not (yet) do this refuse turn-based envs (`check_turns`, called from
 `common.groups.policy_map` before a run folder is written).
 """
@@ -32,7 +35,7 @@ import torch
 from common.cli import ConfigError
 
 # The files that store whose move it is and learn from each agent's own moves.
-TURN_BASED_ALGOS = ("ia2c", "ippo", "itrpo", "maa2c", "mappo", "matrpo")
+TURN_BASED_ALGOS = ("ia2c", "ippo", "iql", "itrpo", "maa2c", "mappo", "matrpo")
 
 
 def is_turn_based(env) -> bool:
@@ -113,3 +116,35 @@ def turn_gae(b: Dict[str, torch.Tensor], values: torch.Tensor, next_values: torc
         known = torch.where(acting[t], torch.ones_like(known), known)
         after = gamma + (1.0 - gamma) * alive[t]  # 1 past a step the agent was alive in, gamma past one after its death
     return advantages, advantages + values, moves * alive
+
+
+def turn_td_targets(rewards: torch.Tensor, next_q: torch.Tensor, acting: torch.Tensor, ended: torch.Tensor,
+                    terminated: torch.Tensor, gamma: float, lam: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """TD(lambda) targets over each agent's own moves, for the replay files that store whole episodes
+    (IQL). All tensors (T, B, N) time first, but ended (T, B): 1 on each episode's last real step.
+
+    next_q[t]: the target network's value of the input after step t (row t + 1 of the episode: the
+    best available action there, as the file picks it); only read where the agent moves at t + 1.
+    A move at step t gets the rewards of step t and of every step until the agent's next move
+    (those that arrive on the other agents' moves: tic-tac-toe's loser gets its -1 on the winner's
+    move), undiscounted while it waits, then gamma times that next move's value, lambda-mixed with
+    its target: y_t = r_t + ... + r_{t'-1} + gamma [(1 - lambda) Q'(t') + lambda y_{t'}]. A move whose
+    episode ends before the agent moves again bootstraps from nothing if it terminated; if the clock
+    cut it, its target is unknown, and `keep` (returned beside the targets) is 0 there.
+    """
+    targets, keep = torch.zeros_like(rewards), torch.ones_like(rewards)
+    carry = torch.zeros_like(rewards[0])  # what a move before step t + 1 receives from step t + 1 onwards
+    unknown = torch.zeros_like(rewards[0])  # 1 where that depends on a cut episode's unknown future
+    moving = acting.bool()
+    for t in reversed(range(rewards.shape[0])):
+        end = ended[t, :, None].bool()
+        if t + 1 < rewards.shape[0]:  # the agent moves at t + 1: its earlier moves look forward to that move
+            step_value = gamma * ((1.0 - lam) * next_q[t] + lam * targets[t + 1])
+            carry = torch.where(moving[t + 1], step_value, carry)
+            unknown = torch.where(moving[t + 1], torch.zeros_like(unknown), unknown)
+        follow = torch.where(end, torch.zeros_like(carry), carry)
+        unknown = torch.where(end, 1.0 - terminated[t], unknown)
+        targets[t] = rewards[t] + follow
+        keep[t] = 1.0 - unknown
+        carry = targets[t]  # a move before t gets step t's rewards and what follows, unless the agent moves at t
+    return targets, keep

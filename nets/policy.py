@@ -500,14 +500,16 @@ class QPolicy(nn.Module):
         and is written there by `remember(state, action)` once the action is chosen.
     obs_sizes, action_sizes: every agent's true observation size and action count (the env's
     `obs_dims`, `action_dims`); with separate parameter sets each is sized to them (`AgentNet`).
+    hidden_layers: linear layers of width hidden_dim before the core (one in PyMARL's agents).
     """
 
     def __init__(self, obs_dim: Union[int, Sequence[int]], n_actions: int, n_agents: int, share_params: Sharing = True,
                  hidden_dim: int = 64, recurrent: str = "gru", last_action_input: bool = False,
-                 obs_sizes: Optional[Sequence[int]] = None, action_sizes: Optional[Sequence[int]] = None):
+                 obs_sizes: Optional[Sequence[int]] = None, action_sizes: Optional[Sequence[int]] = None,
+                 hidden_layers: int = 1):
         super().__init__()
         self.n_actions, self.n_agents, self.last_action_input = n_actions, n_agents, last_action_input
-        self.net = AgentNet(obs_dim, n_actions, n_agents, share_params, (hidden_dim,), recurrent,
+        self.net = AgentNet(obs_dim, n_actions, n_agents, share_params, (hidden_dim,) * hidden_layers, recurrent,
                             out_gain=1.0, activation="relu", extra_dim=n_actions if last_action_input else 0,
                             in_sizes=obs_sizes, extra_sizes=action_sizes if last_action_input else None,
                             out_mask=size_mask(action_sizes, n_actions))

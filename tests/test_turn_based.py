@@ -12,7 +12,7 @@ import torch
 
 import envs
 from algos.mappo import compute_gae
-from common.turns import turn_gae
+from common.turns import turn_gae, turn_td_targets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -186,6 +186,46 @@ def test_turn_gae_is_plain_gae_when_every_step_is_a_move():
     assert moves.all()
 
 
+def test_turn_td_targets_by_hand():
+    """IQL's targets over each agent's own moves. Game 1 of two agents: agent 0 moves at steps 0, 2, 4,
+    agent 1 at 1, 3; agent 0 wins at step 4 (+1 to it, -1 to agent 1 on agent 0's move), and a small
+    reward 0.05 reaches agent 0 on agent 1's move at step 1. Game 2 is the same but cut by the clock after
+    step 2: agent 0's move at 2 and agent 1's at 1 have no known successor. gamma 0.9, lambda 0.5."""
+    g, lam = 0.9, 0.5
+    T, B, N = 5, 2, 2
+    acting = torch.zeros(T, B, N)
+    acting[0::2, :, 0] = 1.0
+    acting[1::2, :, 1] = 1.0
+    rewards = torch.zeros(T, B, N)
+    rewards[1, :, 0] = 0.05
+    rewards[4, 0] = torch.tensor([1.0, -1.0])
+    ended = torch.zeros(T, B)
+    ended[4, 0] = 1.0
+    ended[2, 1] = 1.0
+    terminated = torch.zeros(T, B, N)
+    terminated[4, 0] = 1.0  # game 1 ends by a win; game 2's end is a cut (not terminated)
+    torch.manual_seed(0)
+    next_q = torch.rand(T, B, N)  # value of the input after step t; read where the agent moves at t + 1
+    y, keep = turn_td_targets(rewards, next_q, acting, ended, terminated, g, lam)
+    # game 1: agent 0's winning move; its move at 2 looks to 4; its move at 0 gets 0.05 and looks to 2
+    y0_4 = torch.tensor(1.0)
+    y0_2 = 0.0 + g * ((1 - lam) * next_q[3, 0, 0] + lam * y0_4)
+    y0_0 = 0.05 + g * ((1 - lam) * next_q[1, 0, 0] + lam * y0_2)
+    # agent 1: its move at 3 gets the -1 of step 4 (the loss arrives on the winner's move), its move at 1 looks to 3
+    y1_3 = torch.tensor(-1.0)
+    y1_1 = 0.0 + g * ((1 - lam) * next_q[2, 0, 1] + lam * y1_3)
+    for (t, n), want in {(4, 0): y0_4, (2, 0): y0_2, (0, 0): y0_0, (3, 1): y1_3, (1, 1): y1_1}.items():
+        torch.testing.assert_close(y[t, 0, n], want)
+    assert keep[:, 0][acting[:, 0].bool()].tolist() == [1.0] * 5
+    # game 2, cut after step 2: agent 0's move at 0 looks to its move at 2; the moves at 1 and 2 are left out
+    torch.testing.assert_close(y[0, 1, 0], 0.05 + g * ((1 - lam) * next_q[1, 1, 0] + lam * y[2, 1, 0]))
+    assert keep[0, 1, 0] == 1.0 and keep[1, 1, 1] == 0.0 and keep[2, 1, 0] == 0.0
+    # lambda 0: one-step targets over moves, each bootstrapping from the agent's next move's value
+    y_0, _ = turn_td_targets(rewards, next_q, acting, ended, terminated, g, 0.0)
+    torch.testing.assert_close(y_0[0, 0, 0], 0.05 + g * next_q[1, 0, 0])
+    torch.testing.assert_close(y_0[1, 0, 1], g * next_q[2, 0, 1])
+
+
 # ---------------------------------------------------------------------------- the files
 @pytest.mark.parametrize("algo", ["ippo", "mappo"])
 @pytest.mark.parametrize("env,seats", [("classic:tictactoe", ("player_1", "player_2")),
@@ -203,6 +243,33 @@ def test_self_play_runs_learn_only_from_moves(algo, env, seats, tmp_path):
     returns = summary["eval_group_returns"]
     assert set(returns) == set(seats)
     assert returns[seats[0]] == pytest.approx(-returns[seats[1]])  # zero-sum
+
+
+@pytest.mark.parametrize("env,seats", [("classic:tictactoe", ("player_1", "player_2")),
+                                       ("torch:connect_four", ("player_0", "player_1"))])
+def test_iql_self_play_learns_only_from_moves(env, seats, tmp_path, monkeypatch):
+    """IQL stores whole games and takes its targets over each agent's own moves (turn_td_targets), its loss
+    only on the moves: a few iterations, finite losses, one return per seat."""
+    import algos.iql as iql
+    from common.cli import make_args
+    seen = []
+
+    def recording(rewards, next_q, acting, *rest):
+        seen.append(acting.clone())
+        return turn_td_targets(rewards, next_q, acting, *rest)
+
+    monkeypatch.setattr(iql, "turn_td_targets", recording)
+    args = make_args(iql.Args, env=env, num_envs=4, batch_size=4, updates_per_iteration=2, total_timesteps=300,
+                     eval_every=0, eval_episodes=4, eval_num_envs=2, hidden_dim=16, hidden_layers=2, recurrent="none",
+                     last_action_input=False, cuda=False, run_dir=str(tmp_path))
+    summary = iql.main(args)
+    game = envs.make_env(env, 1, seed=0)
+    shapes = [tuple(p.shape) for p in iql.build_networks(args, game, torch.device("cpu")).parameters()]
+    assert shapes.count((16, 16)) == 1  # --hidden-layers 2: two linear layers of width 16 before the head
+    assert seen and all(a.sum(-1).max() == 1.0 for a in seen)  # one mover per step
+    assert np.isfinite(summary["final_losses"]["td_loss"])
+    returns = summary["eval_group_returns"]
+    assert set(returns) == set(seats) and returns[seats[0]] == pytest.approx(-returns[seats[1]])
 
 
 @pytest.mark.parametrize("algo,own_view", [("ippo", True), ("ia2c", True), ("mappo", False), ("maa2c", False)])
