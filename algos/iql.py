@@ -23,7 +23,7 @@ from common.cli import ConfigError, RunArgs, run_cli
 from common.groups import GroupArgs, check_group_args, param_layout, policy_map
 from common.run_utils import (RunRecorder, args_dict, evaluate_checkpoint, pick_device, resume_envs, rng_state,
                               seed_everything, start_or_resume)
-from common.turns import is_turn_based, turn_td_targets, whose_move
+from common.turns import is_turn_based, negamax_targets, turn_td_targets, whose_move
 from envs import discrete_hint, make_env, parse_env_kwargs
 from nets import QPolicy, ValueNorm
 
@@ -86,6 +86,10 @@ class Args(GroupArgs, RunArgs):
     groups' rewards are never summed"""
     last_action_input: bool = True
     """append the one-hot of the agent's previous action to its input"""
+    zero_sum_targets: bool = False
+    """two-player zero-sum turn-based games (tic-tac-toe, connect four): a move's target is its reward minus the
+    value of the position it leaves to the player who moves next (negamax, common.turns.negamax_targets), instead
+    of the reward up to the agent's next move plus that move's value (the other player's reply as it was played)"""
     recurrent: Literal["gru", "none"] = "gru"
     """recurrent core of the agent network"""
     hidden_dim: int = 64
@@ -106,6 +110,9 @@ def validate(args: Args, env=None) -> None:
         raise ConfigError(f"--tau must be in (0, 1], got {args.tau}")
     if not 0.0 <= args.td_lambda <= 1.0:
         raise ConfigError(f"--td-lambda must be in [0, 1], got {args.td_lambda}")
+    if env is not None and args.zero_sum_targets and not (is_turn_based(env) and env.n_agents == 2):
+        raise ConfigError(f"--zero-sum-targets is for two-player turn-based games (classic:tictactoe, torch:connect_four); "
+                          f"{args.env} has {env.n_agents} agents{'' if is_turn_based(env) else ' that act at once'}")
     if env is not None and not env.discrete:
         raise ConfigError(f"{ALGO} picks argmax actions and needs discrete actions; {args.env} has continuous ones. "
                           "For continuous actions use algos/mappo.py or algos/ippo.py "
@@ -371,8 +378,9 @@ def main(args: Args) -> dict:
                 tq_next = tq_all[1:].gather(-1, best_next).squeeze(-1)  # (T, B, N)
                 if "acting" in b:  # a turn-based game: each agent learns from its own moves, the rewards that
                     # arrive on the others' moves credited to its last one, bootstrapping from its next move
-                    targets, keep = turn_td_targets(rewards, tq_next, b["acting"], ended, terminated, args.gamma,
-                                                    args.td_lambda)
+                    turn_targets = negamax_targets if args.zero_sum_targets else turn_td_targets
+                    targets, keep = turn_targets(rewards, tq_next, b["acting"], ended, terminated, args.gamma,
+                                                 args.td_lambda)
                     agent_mask = agent_mask * b["acting"]
                 else:  # one TD(lambda) recursion per agent: (T, B, N); an agent's own termination ends it.
                     # A death inside a running episode (SMAX): the rewards after it, not Q_i of a zero view

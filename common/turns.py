@@ -148,3 +148,34 @@ def turn_td_targets(rewards: torch.Tensor, next_q: torch.Tensor, acting: torch.T
         keep[t] = 1.0 - unknown
         carry = targets[t]  # a move before t gets step t's rewards and what follows, unless the agent moves at t
     return targets, keep
+
+
+def negamax_targets(rewards: torch.Tensor, next_q: torch.Tensor, acting: torch.Tensor, ended: torch.Tensor,
+                    terminated: torch.Tensor, gamma: float, lam: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """TD(lambda) targets for two-player zero-sum turn-based games, where what one player will still
+    receive is minus what the other will: a move at step t is worth its own reward minus the value, to the
+    player who moves next, of the position it leaves (negamax, one discount per ply):
+    y_t = r_t - gamma [(1 - lambda) Q'_next(t + 1) + lambda y_{t+1}], y_{t+1} being the reply's target.
+
+    Tensors as in `turn_td_targets` ((T, B, N) time first, ended (T, B)). Unlike the independent targets, the
+    reply is valued by the replier's best move rather than the move it happened to play, and one player's
+    overestimate enters the other's target with a minus sign, so the two do not both drift upwards. A
+    game's last move bootstraps from nothing if it terminated; if the clock cut it, its target is unknown
+    (`keep` 0 there) and the move before it bootstraps from its value alone.
+    """
+    targets, keep = torch.zeros_like(rewards), torch.ones_like(rewards)
+    reply = torch.zeros_like(rewards[0, :, 0])  # (B,) the next move's target, to its mover
+    reply_known = torch.ones_like(reply, dtype=torch.bool)
+    for t in reversed(range(rewards.shape[0])):
+        end = ended[t].bool()  # (B,)
+        if t + 1 < rewards.shape[0]:
+            next_value = (next_q[t] * acting[t + 1]).sum(-1)  # the next mover's value of the position after step t
+            follow = gamma * torch.where(reply_known, (1.0 - lam) * next_value + lam * reply, next_value)
+        else:
+            follow = torch.zeros_like(reply)
+        follow = torch.where(end, torch.zeros_like(follow), follow)
+        targets[t] = rewards[t] - follow[:, None]
+        keep[t] = torch.where(end[:, None], terminated[t], torch.ones_like(keep[t]))
+        reply = (targets[t] * acting[t]).sum(-1)  # this move's target, for the move before it
+        reply_known = (keep[t] * acting[t]).sum(-1) > 0
+    return targets, keep

@@ -12,7 +12,7 @@ import torch
 
 import envs
 from algos.mappo import compute_gae
-from common.turns import turn_gae, turn_td_targets
+from common.turns import negamax_targets, turn_gae, turn_td_targets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -226,6 +226,39 @@ def test_turn_td_targets_by_hand():
     torch.testing.assert_close(y_0[1, 0, 1], g * next_q[2, 0, 1])
 
 
+def test_negamax_targets_by_hand():
+    """IQL's --zero-sum-targets: a move is worth its reward minus the next mover's value of the position it
+    leaves, lambda-mixed with the reply's target, one discount per ply. The games of the test above: agent 0
+    moves at 0, 2, 4 and wins at 4; game 2 is cut by the clock after step 2. gamma 0.9, lambda 0.5."""
+    g, lam = 0.9, 0.5
+    T, B, N = 5, 2, 2
+    acting = torch.zeros(T, B, N)
+    acting[0::2, :, 0] = 1.0
+    acting[1::2, :, 1] = 1.0
+    rewards = torch.zeros(T, B, N)
+    rewards[4, 0] = torch.tensor([1.0, -1.0])
+    ended = torch.zeros(T, B)
+    ended[4, 0] = ended[2, 1] = 1.0
+    terminated = torch.zeros(T, B, N)
+    terminated[4, 0] = 1.0
+    torch.manual_seed(0)
+    next_q = torch.rand(T, B, N)
+    y, keep = negamax_targets(rewards, next_q, acting, ended, terminated, g, lam)
+    y0_4 = torch.tensor(1.0)
+    y1_3 = -g * ((1 - lam) * next_q[3, 0, 0] + lam * y0_4)  # agent 0 moves next: its value, with a minus sign
+    y0_2 = -g * ((1 - lam) * next_q[2, 0, 1] + lam * y1_3)
+    y1_1 = -g * ((1 - lam) * next_q[1, 0, 0] + lam * y0_2)
+    y0_0 = -g * ((1 - lam) * next_q[0, 0, 1] + lam * y1_1)
+    for (t, n), want in {(4, 0): y0_4, (3, 1): y1_3, (2, 0): y0_2, (1, 1): y1_1, (0, 0): y0_0}.items():
+        torch.testing.assert_close(y[t, 0, n], want)
+    assert keep[:, 0][acting[:, 0].bool()].tolist() == [1.0] * 5
+    # the cut game: its last move (t = 2) has no known target; the move before it bootstraps from the value alone
+    assert keep[2, 1, 0] == 0.0 and keep[1, 1, 1] == 1.0
+    y1_1_cut = -g * next_q[1, 1, 0]
+    torch.testing.assert_close(y[1, 1, 1], y1_1_cut)
+    torch.testing.assert_close(y[0, 1, 0], -g * ((1 - lam) * next_q[0, 1, 1] + lam * y1_1_cut))
+
+
 # ---------------------------------------------------------------------------- the files
 @pytest.mark.parametrize("algo", ["ippo", "mappo"])
 @pytest.mark.parametrize("env,seats", [("classic:tictactoe", ("player_1", "player_2")),
@@ -247,19 +280,20 @@ def test_self_play_runs_learn_only_from_moves(algo, env, seats, tmp_path):
 
 @pytest.mark.parametrize("env,seats", [("classic:tictactoe", ("player_1", "player_2")),
                                        ("torch:connect_four", ("player_0", "player_1"))])
-def test_iql_self_play_learns_only_from_moves(env, seats, tmp_path, monkeypatch):
-    """IQL stores whole games and takes its targets over each agent's own moves (turn_td_targets), its loss
-    only on the moves: a few iterations, finite losses, one return per seat."""
+@pytest.mark.parametrize("zero_sum", [False, True])
+def test_iql_self_play_learns_only_from_moves(env, seats, zero_sum, tmp_path, monkeypatch):
+    """IQL stores whole games and takes its targets over each agent's own moves (turn_td_targets; negamax_targets
+    with --zero-sum-targets), its loss only on the moves: a few iterations, finite losses, one return per seat."""
     import algos.iql as iql
     from common.cli import make_args
     seen = []
 
     def recording(rewards, next_q, acting, *rest):
         seen.append(acting.clone())
-        return turn_td_targets(rewards, next_q, acting, *rest)
+        return (negamax_targets if zero_sum else turn_td_targets)(rewards, next_q, acting, *rest)
 
-    monkeypatch.setattr(iql, "turn_td_targets", recording)
-    args = make_args(iql.Args, env=env, num_envs=4, batch_size=4, updates_per_iteration=2, total_timesteps=300,
+    monkeypatch.setattr(iql, "negamax_targets" if zero_sum else "turn_td_targets", recording)
+    args = make_args(iql.Args, env=env, zero_sum_targets=zero_sum, num_envs=4, batch_size=4, updates_per_iteration=2, total_timesteps=300,
                      eval_every=0, eval_episodes=4, eval_num_envs=2, hidden_dim=16, hidden_layers=2, recurrent="none",
                      last_action_input=False, cuda=False, run_dir=str(tmp_path))
     summary = iql.main(args)
@@ -270,6 +304,14 @@ def test_iql_self_play_learns_only_from_moves(env, seats, tmp_path, monkeypatch)
     assert np.isfinite(summary["final_losses"]["td_loss"])
     returns = summary["eval_group_returns"]
     assert set(returns) == set(seats) and returns[seats[0]] == pytest.approx(-returns[seats[1]])
+
+
+def test_zero_sum_targets_need_a_two_player_turn_based_game(tmp_path):
+    run_dir = tmp_path / "runs"
+    out = subprocess.run([sys.executable, "algos/iql.py", "--env", "torch:simple_spread", "--zero-sum-targets",
+                          "--run-dir", str(run_dir)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr + out.stdout
+    assert "--zero-sum-targets is for two-player turn-based games" in out.stderr and not run_dir.exists()
 
 
 @pytest.mark.parametrize("algo,own_view", [("ippo", True), ("ia2c", True), ("mappo", False), ("maa2c", False)])
