@@ -186,26 +186,33 @@ def test_turn_gae_is_plain_gae_when_every_step_is_a_move():
     assert moves.all()
 
 
+def two_stored_games(small_reward: float):
+    """Two stored games (B = 2) of two agents, 5 steps, time first: agent 0 moves at steps 0, 2, 4, agent 1
+    at 1, 3. Game 1 ends by agent 0's win at step 4 (+1 to it, -1 to agent 1); game 2 is cut by the clock
+    after step 2 (ended, not terminated). `small_reward` reaches agent 0 on agent 1's move at step 1.
+    Returns rewards, next_q (random: the value of the input after step t), acting, ended, terminated."""
+    T, B, N = 5, 2, 2
+    acting = torch.zeros(T, B, N)
+    acting[0::2, :, 0] = 1.0
+    acting[1::2, :, 1] = 1.0
+    rewards = torch.zeros(T, B, N)
+    rewards[1, :, 0] = small_reward
+    rewards[4, 0] = torch.tensor([1.0, -1.0])
+    ended = torch.zeros(T, B)
+    ended[4, 0] = ended[2, 1] = 1.0
+    terminated = torch.zeros(T, B, N)
+    terminated[4, 0] = 1.0
+    torch.manual_seed(0)
+    return rewards, torch.rand(T, B, N), acting, ended, terminated
+
+
 def test_turn_td_targets_by_hand():
     """IQL's targets over each agent's own moves. Game 1 of two agents: agent 0 moves at steps 0, 2, 4,
     agent 1 at 1, 3; agent 0 wins at step 4 (+1 to it, -1 to agent 1 on agent 0's move), and a small
     reward 0.05 reaches agent 0 on agent 1's move at step 1. Game 2 is the same but cut by the clock after
     step 2: agent 0's move at 2 and agent 1's at 1 have no known successor. gamma 0.9, lambda 0.5."""
     g, lam = 0.9, 0.5
-    T, B, N = 5, 2, 2
-    acting = torch.zeros(T, B, N)
-    acting[0::2, :, 0] = 1.0
-    acting[1::2, :, 1] = 1.0
-    rewards = torch.zeros(T, B, N)
-    rewards[1, :, 0] = 0.05
-    rewards[4, 0] = torch.tensor([1.0, -1.0])
-    ended = torch.zeros(T, B)
-    ended[4, 0] = 1.0
-    ended[2, 1] = 1.0
-    terminated = torch.zeros(T, B, N)
-    terminated[4, 0] = 1.0  # game 1 ends by a win; game 2's end is a cut (not terminated)
-    torch.manual_seed(0)
-    next_q = torch.rand(T, B, N)  # value of the input after step t; read where the agent moves at t + 1
+    rewards, next_q, acting, ended, terminated = two_stored_games(small_reward=0.05)
     y, keep = turn_td_targets(rewards, next_q, acting, ended, terminated, g, lam)
     # game 1: agent 0's winning move; its move at 2 looks to 4; its move at 0 gets 0.05 and looks to 2
     y0_4 = torch.tensor(1.0)
@@ -231,18 +238,7 @@ def test_negamax_targets_by_hand():
     leaves, lambda-mixed with the reply's target, one discount per ply. The games of the test above: agent 0
     moves at 0, 2, 4 and wins at 4; game 2 is cut by the clock after step 2. gamma 0.9, lambda 0.5."""
     g, lam = 0.9, 0.5
-    T, B, N = 5, 2, 2
-    acting = torch.zeros(T, B, N)
-    acting[0::2, :, 0] = 1.0
-    acting[1::2, :, 1] = 1.0
-    rewards = torch.zeros(T, B, N)
-    rewards[4, 0] = torch.tensor([1.0, -1.0])
-    ended = torch.zeros(T, B)
-    ended[4, 0] = ended[2, 1] = 1.0
-    terminated = torch.zeros(T, B, N)
-    terminated[4, 0] = 1.0
-    torch.manual_seed(0)
-    next_q = torch.rand(T, B, N)
+    rewards, next_q, acting, ended, terminated = two_stored_games(small_reward=0.0)
     y, keep = negamax_targets(rewards, next_q, acting, ended, terminated, g, lam)
     y0_4 = torch.tensor(1.0)
     y1_3 = -g * ((1 - lam) * next_q[3, 0, 0] + lam * y0_4)  # agent 0 moves next: its value, with a minus sign
