@@ -13,7 +13,7 @@ acts from its own observation, the encoder is a centralised critic. Run:
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Tuple
+from typing import Literal, Optional, Tuple
 
 import numpy as np
 import torch
@@ -74,6 +74,9 @@ class Args(GroupArgs, RunArgs):  # bases last to first: --help lists RunArgs' fi
     ent_coef: float = 0.04
     """entropy bonus coefficient (each agent's conditional entropy, mean over agents; 0.04: at MAPPO's 0.01 the
     decoder's entropy falls faster than MAPPO's and simple_spread stalls near -30 at 2M, docs/algorithms/mat.md)"""
+    ent_coef_final: Optional[float] = None
+    """None: --ent-coef throughout the run; a number: the bonus goes linearly from --ent-coef to this over
+    --total-timesteps (explore early, sharpen late)"""
     vf_coef: float = 1.0
     """value-loss coefficient"""
     max_grad_norm: float = 10.0
@@ -121,6 +124,9 @@ def validate(args: Args) -> None:
         raise ConfigError(f"--recurrent {args.recurrent}: MAT has no recurrent core (its sequence is the agents of "
                           "one step, and it keeps nothing from step to step); accepted: none. A recurrent "
                           "policy: algos/mappo.py --recurrent gru")
+    if args.ent_coef_final is not None and args.ent_coef_final < 0:
+        raise ConfigError(f"--ent-coef-final must be at least 0 (or None for a constant --ent-coef), got "
+                          f"{args.ent_coef_final}")
     if not 1 <= args.num_minibatches <= args.batch_size:
         raise ConfigError(f"--num-minibatches must be between 1 and {args.batch_size} (the env steps per rollout)")
     check_group_args(args)  # --share-params, --load-group (common/groups.py)
@@ -175,6 +181,14 @@ def learning_rate_at(args: Args, iteration: int, global_step: int) -> float:
     if args.lr_decay_steps > 0:
         return args.learning_rate / (1.0 + global_step / args.lr_decay_steps)
     return args.learning_rate * (1.0 - (iteration - 1) / args.num_iterations)
+
+
+def entropy_coef_at(args: Args, global_step: int) -> float:
+    """The entropy bonus at this env step: --ent-coef, or its linear path to --ent-coef-final over the run."""
+    if args.ent_coef_final is None:
+        return args.ent_coef
+    done = min(global_step / args.total_timesteps, 1.0)
+    return args.ent_coef + (args.ent_coef_final - args.ent_coef) * done
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma: float, lam: float):
@@ -348,6 +362,7 @@ def main(args: Args) -> dict:
 
 # ============================================================================ 7. UPDATE
         clipfracs = []
+        ent_coef = entropy_coef_at(args, global_step)
         for epoch in range(args.update_epochs):
             order = torch.randperm(S, generator=shuffle_gen).to(device)
             for mb in order.tensor_split(args.num_minibatches):
@@ -376,7 +391,7 @@ def main(args: Args) -> dict:
                 else:
                     v_loss = 0.5 * masked_mean(v_loss_unclipped, alive_mb)
                 entropy_loss = masked_mean(entropy, alive_mb)
-                loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+                loss = pg_loss - ent_coef * entropy_loss + args.vf_coef * v_loss
 
                 optimizer.zero_grad()
                 loss.backward()

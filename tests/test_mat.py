@@ -292,12 +292,20 @@ def test_groups_loaded_from_runs_act_as_them_and_stay_out_of_the_losses(small, t
     assert math.isfinite(loaded["final_losses"]["policy_loss"])
 
 
+def test_the_entropy_bonus_is_constant_or_goes_linearly_to_its_final_value(small):
+    constant = small(ent_coef=0.04, total_timesteps=1000)
+    assert [mat.entropy_coef_at(constant, t) for t in (0, 500, 1000)] == [0.04, 0.04, 0.04]
+    decaying = small(ent_coef=0.06, ent_coef_final=0.01, total_timesteps=1000)
+    assert [mat.entropy_coef_at(decaying, t) for t in (0, 500, 1000, 1010)] == pytest.approx([0.06, 0.035, 0.01, 0.01])
+
+
 def test_options_that_cannot_hold_are_refused(small, tmp_path):
     cases = [
         (dict(share_params="none"), "--share-params none"),
         (dict(recurrent="gru"), "--recurrent gru"),
         (dict(n_embd=16, n_head=3), "--n-head 3 must divide --n-embd 16"),
         (dict(n_block=0), "--n-block must be at least 1"),
+        (dict(ent_coef_final=-0.01), "--ent-coef-final must be at least 0"),
         (dict(num_minibatches=11), "--num-minibatches must be between 1 and 10"),
         (dict(**TAG, share_params="group"), "--share-params group with groups"),
         (dict(**TAG, train_groups=("adversary",)), "leaves \\['agent'\\] fixed"),
