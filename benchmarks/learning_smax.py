@@ -130,10 +130,11 @@ def stored_runs(path: str, algos: Optional[List[str]] = None, maps: Optional[Lis
 
 
 def load_reference(paths: Optional[List[str]], budget: int = BUDGET) -> Tuple[Dict[Tuple[str, str], float], str, dict]:
-    """({(algo, map): win rate}, source, {(algo, map): [[env steps, mean win rate]]}) from --reference JSON
+    """({(algo, map): win rate}, source, {(algo, map): {"curve": [[env steps, mean win rate]], "runs": n}}) from --reference JSON
     files. Each is either a table ("algo/map": rate, and "source") or one baseline run's results (`algo`, `map`,
     `greedy_eval_curve` [[env steps, win rate]], as benchmarks/results/learning_smax/jaxmarl-baseline_*.json):
-    the runs of one (algo, map) are averaged point by point (that mean curve is the third item), and the bar is
+    the runs of one (algo, map) are averaged point by point (that mean curve, and how many runs it averages, is the
+    third item), and the bar is
     the best point of that mean within the budget, as for our own runs."""
     rates, sources, curves = {}, [], {}
     for path in paths or []:
@@ -155,8 +156,9 @@ def load_reference(paths: Optional[List[str]], budget: int = BUDGET) -> Tuple[Di
     mean_curves = {}
     for key, runs in curves.items():
         points = min(len(run) for run in runs)
-        mean_curves[key] = [[runs[0][i][0], float(np.mean([run[i][1] for run in runs]))] for i in range(points)]
-        rates[key] = max(rate for _, rate in mean_curves[key])
+        curve = [[runs[0][i][0], float(np.mean([run[i][1] for run in runs]))] for i in range(points)]
+        mean_curves[key] = {"curve": curve, "runs": len(runs)}
+        rates[key] = max(rate for _, rate in curve)
     return rates, "; ".join(sources), mean_curves
 
 
@@ -277,8 +279,8 @@ def plot(records: List[dict], path: str, reference: Dict[Tuple[str, str], float]
                 ax.axhline(bar, color=line.get_color(), ls="--", lw=1, label=f"{kind} {bar:g} by {budget / 1e6:g}M")
             baseline = (baselines or {}).get((algo, map_name))
             if baseline:
-                ax.plot([s / 1e6 for s, _ in baseline], [w for _, w in baseline], "s:", ms=3, lw=1.5, color="gray",
-                        label=f"JaxMARL's {algo} run here (reference)")
+                ax.plot([s / 1e6 for s, _ in baseline["curve"]], [w for _, w in baseline["curve"]], "s:", ms=3, lw=1.5,
+                        color="gray", label=f"JaxMARL's {algo} run here, {seed_count(baseline['runs'])} (reference)")
         ax.set_title(f"SMAX {map_name}")
         ax.set_xlabel("env steps (millions)")
         ax.set_ylim(-0.02, 1.02)

@@ -46,7 +46,8 @@ def test_jaxmarl_baseline_runs_become_the_reference_bar(tmp_path):
     rates, source, curves = load_reference(paths, budget=10_000_000)
     assert rates == {("mappo", "3m"): pytest.approx(0.8)}, "mean of (0.5, 0.7) and (0.9, 0.7); 20M is past the budget"
     assert "seed 1" in source
-    assert curves[("mappo", "3m")] == [[500_000, pytest.approx(0.6)], [1_000_000, pytest.approx(0.8)]]
+    assert curves[("mappo", "3m")] == {"curve": [[500_000, pytest.approx(0.6)], [1_000_000, pytest.approx(0.8)]],
+                                       "runs": 2}
     committed = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results", "learning_smax",
                              "jaxmarl-baseline_mappo_smax-3m_10m.json")
     rates, _, _ = load_reference([committed], BUDGET)
