@@ -130,12 +130,12 @@ def stored_runs(path: str, algos: Optional[List[str]] = None, maps: Optional[Lis
 
 
 def load_reference(paths: Optional[List[str]], budget: int = BUDGET) -> Tuple[Dict[Tuple[str, str], float], str, dict]:
-    """({(algo, map): win rate}, source, {(algo, map): {"curve": [[env steps, mean win rate]], "runs": n}}) from --reference JSON
-    files. Each is either a table ("algo/map": rate, and "source") or one baseline run's results (`algo`, `map`,
-    `greedy_eval_curve` [[env steps, win rate]], as benchmarks/results/learning_smax/jaxmarl-baseline_*.json):
-    the runs of one (algo, map) are averaged point by point (that mean curve, and how many runs it averages, is the
-    third item), and the bar is
-    the best point of that mean within the budget, as for our own runs."""
+    """({(algo, map): win rate}, source, {(algo, map): {"curve": [[env steps, mean win rate]], "runs": n}})
+    from --reference JSON files. Each is either a table ("algo/map": rate, and "source") or one baseline run's
+    results (`algo`, `map`, `greedy_eval_curve` [[env steps, win rate]], as
+    benchmarks/results/learning_smax/jaxmarl-baseline_*.json): the runs of one (algo, map) are averaged point by
+    point (that mean curve and how many runs it averages are the third item), and the bar is the best point of
+    that mean within the budget, as for our own runs."""
     rates, sources, curves = {}, [], {}
     for path in paths or []:
         with open(path) as f:
