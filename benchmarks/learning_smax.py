@@ -113,6 +113,7 @@ def stored_runs(path: str, algos: Optional[List[str]] = None, maps: Optional[Lis
         with open(path) as f:
             stored = json.load(f)
         policy = {row["algo"]: row["eval_policy"] for row in stored["rows"]}
+        stored_args = {(row["algo"], row["map"]): row.get("args") for row in stored["rows"]}
         curves = stored["curves"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"error: {path} is not a results file of this script ({type(e).__name__}: {e})")
@@ -125,7 +126,7 @@ def stored_runs(path: str, algos: Optional[List[str]] = None, maps: Optional[Lis
         win_curve = [(int(s), float(v)) for s, v in curve]
         records.append(dict(label=label, algo=algo, env=env, seed=int(seed), map=map_name, family=env.split(":")[0],
                             eval_policy=policy.get(label, "greedy"), win_curve=win_curve,
-                            global_step=win_curve[-1][0], path=path))
+                            global_step=win_curve[-1][0], path=path, args=stored_args.get((label, map_name))))
     return records
 
 
@@ -197,6 +198,21 @@ def best_within(runs: List[dict], budget: int) -> Optional[float]:
     return float(np.max(mean[full])) if full.any() else None
 
 
+RUN_LOCAL_ARGS = ("seed", "run_dir", "exp_name", "resume", "track", "wandb_project_name", "wandb_entity", "torch_threads",
+                  "cuda", "render_gif", "evaluate_checkpoint")  # where and how a run ran, not what it learned
+
+
+def shared_args(runs: List[dict]) -> Optional[dict]:
+    """The arguments every seed of a row ran with (args.json; for runs from a results file, the row's stored
+    `args`), leaving out those that say where and how a run ran rather than what it learned, so a results file
+    says what it measured; None when no run has them."""
+    per_run = [r["args"] for r in runs if r.get("args")]
+    if not per_run:
+        return None
+    keys = set.intersection(*(set(a) for a in per_run)) - set(RUN_LOCAL_ARGS)
+    return {k: per_run[0][k] for k in sorted(keys) if all(a[k] == per_run[0][k] for a in per_run)}
+
+
 def report(records: List[dict], reference: Dict[Tuple[str, str], float], budget: int = BUDGET,
            out_path: Optional[str] = None, versus: Optional[str] = None) -> List[dict]:
     """One row per (algorithm, map, family, eval policy): the mean over seeds of the win-rate curves
@@ -229,7 +245,7 @@ def report(records: List[dict], reference: Dict[Tuple[str, str], float], budget:
                          best_at=int(steps[best_i]), best_ci=[float(low[best_i]), float(high[best_i])],
                          last_mean_win_rate=float(mean[last_i]),
                          best_per_seed=[float(np.nanmax(v[full])) for v in values],
-                         last_per_seed=[float(v[last_i]) for v in values], bars=judged))
+                         last_per_seed=[float(v[last_i]) for v in values], bars=judged, args=shared_args(runs)))
         shown = "; ".join(f"{b['kind']} {b['bar']:.2f} "
                           + {True: "met", False: "NOT met", None: "open"}[b["met"]] for b in judged) or "-"
         print(f"{name:<13} {map_name:<9} {family:<8} {len(runs):>5} {reached:>11,d} {mean[best_i]:>10.3f} "

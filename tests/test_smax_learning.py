@@ -78,6 +78,24 @@ def test_stored_seeds_join_the_table(tmp_path, capsys):
         stored_runs(str(tmp_path / "other.json"))
 
 
+def test_a_row_records_the_arguments_its_seeds_share(tmp_path):
+    """A results file says what it measured: each row keeps the arguments every seed ran with (seeds, folders
+    and thread counts left out; an argument the seeds disagree on left out too), and they come back with
+    --with-json, so a seed read from a stored file keeps them."""
+    from benchmarks.learning_smax import report, stored_runs
+    args = [{"seed": 1, "run_dir": "runs/a", "torch_threads": 1, "ent_coef": 0.0, "gamma": 0.95},
+            {"seed": 2, "run_dir": "runs/b", "torch_threads": 2, "ent_coef": 0.0, "gamma": 0.99}]
+    records = [dict(label="mappo", algo="mappo", env="torch:smax_3m", seed=a["seed"], map="3m", family="torch",
+                    eval_policy="greedy", win_curve=[(500_000, 0.5)], global_step=500_000, args=a) for a in args]
+    stored = str(tmp_path / "stored.json")
+    row, = report(records, {}, out_path=stored)
+    assert row["args"] == {"ent_coef": 0.0}
+    back = stored_runs(stored)
+    assert [r["args"] for r in back] == [{"ent_coef": 0.0}] * 2
+    assert report(back, {})[0]["args"] == {"ent_coef": 0.0}
+    assert report([{**r, "args": None} for r in records], {})[0]["args"] is None, "no args.json: nothing claimed"
+
+
 def test_versus_judges_every_label_against_another_within_the_same_budget():
     """benchmarks/learning_smax.py --versus mappo --total-timesteps 2000000: MAPPO's 10M runs are cut at the
     budget (its 1.0 at 5M does not count), a point one iteration past the budget counts, and each other label's
