@@ -205,9 +205,9 @@ RUN_LOCAL_ARGS = ("seed", "run_dir", "exp_name", "resume", "track", "wandb_proje
 def shared_args(runs: List[dict]) -> Optional[dict]:
     """The arguments every seed of a row ran with (args.json; for runs from a results file, the row's stored
     `args`), leaving out those that say where and how a run ran rather than what it learned, so a results file
-    says what it measured; None when no run has them."""
-    per_run = [r["args"] for r in runs if r.get("args")]
-    if not per_run:
+    says what it measured; None when a run has none (a claim for every seed or none)."""
+    per_run = [r.get("args") for r in runs]
+    if not per_run or not all(per_run):
         return None
     keys = set.intersection(*(set(a) for a in per_run)) - set(RUN_LOCAL_ARGS)
     return {k: per_run[0][k] for k in sorted(keys) if all(a[k] == per_run[0][k] for a in per_run)}

@@ -94,6 +94,7 @@ def test_a_row_records_the_arguments_its_seeds_share(tmp_path):
     assert [r["args"] for r in back] == [{"ent_coef": 0.0}] * 2
     assert report(back, {})[0]["args"] == {"ent_coef": 0.0}
     assert report([{**r, "args": None} for r in records], {})[0]["args"] is None, "no args.json: nothing claimed"
+    assert report([records[0], {**records[1], "args": None}], {})[0]["args"] is None, "not every seed's: not claimed"
 
 
 def test_versus_judges_every_label_against_another_within_the_same_budget():
