@@ -198,8 +198,7 @@ def best_within(runs: List[dict], budget: int) -> Optional[float]:
     return float(np.max(mean[full])) if full.any() else None
 
 
-RUN_LOCAL_ARGS = ("seed", "run_dir", "exp_name", "resume", "track", "wandb_project_name", "wandb_entity", "torch_threads",
-                  "cuda", "render_gif", "evaluate_checkpoint")  # where and how a run ran, not what it learned
+RUN_LOCAL_ARGS = launcher.NOT_COMPARED + ("seed", "exp_name")  # where and how a run ran, not what it learned
 
 
 def shared_args(runs: List[dict]) -> Optional[dict]:
